@@ -1,0 +1,317 @@
+"""Timing done right, measured throughput and bandwidth, and the peak numbers MFU divides by.
+
+Covers:
+- :func:`time_fn`: warm-up, then repeats, each synchronized (CUDA events on a GPU), reporting the
+  median. GPU work is asynchronous: without a synchronize you time the launch, not the work.
+- measured matrix-product FLOP/s per dtype (:func:`measure_matmul`) and memory bandwidth
+  (:func:`measure_copy_bandwidth`, :func:`measure_transfer_bandwidth`);
+- a table of datasheet dense peaks for common NVIDIA GPUs, looked up by the detected GPU's name
+  (:func:`lookup_gpu_peak`, :func:`peak_flops`), never one GPU hard-coded;
+- the roofline model (:func:`attainable_flops`) and speedup = time before / time after.
+
+Leaves out: FLOP counts of whole models and MFU of a training step (added with the profiling
+chapter), plots (``viz``). Imports nothing else of the library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import statistics
+import time
+from typing import Callable, Iterator
+
+import torch
+
+# --------------------------------------------------------------------------- timing
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait until the device has finished all queued work (a no-op on the CPU).
+
+    ``device=None`` waits on CUDA if this process has used it.
+    """
+    kind = torch.device(device).type if device is not None else None
+    if kind == "cuda" or (kind is None and torch.cuda.is_available() and torch.cuda.is_initialized()):
+        torch.cuda.synchronize(device if kind == "cuda" else None)
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Seconds per call over several repeats; report :attr:`median`."""
+
+    times: tuple[float, ...]
+    """Seconds per call, one entry per repeat."""
+    warmup: int
+    number: int
+    """Calls per repeat; each entry of ``times`` is the repeat's time divided by this."""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: how noisy the measurement was."""
+        return (max(self.times) - min(self.times)) / self.median if self.median > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"{format_seconds(self.median)} median of {len(self.times)} "
+                f"(min {format_seconds(self.min)}, spread {self.spread:.0%})")
+
+
+def time_fn(
+    fn: Callable[[], object],
+    *,
+    device: torch.device | str | None = None,
+    warmup: int = 3,
+    repeats: int = 10,
+    number: int = 1,
+    max_seconds: float | None = None,
+) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed repeats of ``number`` calls each.
+
+    On a CUDA device each repeat is timed with CUDA events; elsewhere with ``time.perf_counter``
+    after synchronizing. ``max_seconds`` stops repeating early (after at least 3 repeats) once that
+    much time has been spent, so slow sizes do not blow a notebook's time budget.
+    """
+    if warmup < 0 or repeats < 1 or number < 1:
+        raise ValueError(f"need warmup >= 0, repeats >= 1, number >= 1; got {warmup}, {repeats}, {number}")
+    use_events = device is not None and torch.device(device).type == "cuda"
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times: list[float] = []
+    started = time.perf_counter()
+    for _ in range(repeats):
+        if use_events:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(number):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / 1e3 / number)  # elapsed_time is in ms
+        else:
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            synchronize(device)
+            times.append((time.perf_counter() - t0) / number)
+        if max_seconds is not None and len(times) >= 3 and time.perf_counter() - started > max_seconds:
+            break
+    return Timing(times=tuple(times), warmup=warmup, number=number)
+
+
+def speedup(time_before: float, time_after: float) -> float:
+    """How many times faster 'after' is: time before / time after (2.0 means twice as fast)."""
+    if time_before <= 0 or time_after <= 0:
+        raise ValueError(f"times must be positive, got before={time_before}, after={time_after}")
+    return time_before / time_after
+
+
+# --------------------------------------------------------------------------- measured throughput
+
+
+def matmul_flops(m: int, n: int, k: int) -> int:
+    """Floating-point operations of an (M, K) @ (K, N) product: M*N*K multiply-adds, 2 FLOPs each."""
+    return 2 * m * n * k
+
+
+@contextlib.contextmanager
+def float32_matmul_precision(precision: str) -> Iterator[None]:
+    """Temporarily set ``torch.set_float32_matmul_precision`` (``"highest"`` fp32, ``"high"`` TF32)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulResult:
+    n: int
+    dtype: str
+    """``float32``, ``tf32`` (float32 inputs on TF32 tensor cores), ``float16``, ``bfloat16``, ..."""
+    device: str
+    timing: Timing
+
+    @property
+    def flops_per_s(self) -> float:
+        return matmul_flops(self.n, self.n, self.n) / self.timing.median
+
+
+def measure_matmul(
+    n: int, dtype: torch.dtype, device: torch.device | str, *, tf32: bool = False,
+    repeats: int = 10, max_seconds: float = 2.0,
+) -> MatmulResult:
+    """Measure FLOP/s of an (n, n) @ (n, n) product in ``dtype`` on ``device``.
+
+    ``tf32=True`` with ``torch.float32`` lets a GPU of compute capability >= 8.0 use TF32 tensor
+    cores (10-bit mantissa products, float32 range and accumulation).
+    """
+    if tf32 and dtype != torch.float32:
+        raise ValueError("tf32=True applies to float32 inputs only")
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    with float32_matmul_precision("high" if tf32 else "highest"):
+        timing = time_fn(lambda: torch.matmul(a, b, out=out), device=device, warmup=2,
+                         repeats=repeats, max_seconds=max_seconds)
+    name = "tf32" if tf32 else str(dtype).removeprefix("torch.")
+    return MatmulResult(n=n, dtype=name, device=str(device), timing=timing)
+
+
+def measure_copy_bandwidth(nbytes: int, device: torch.device | str, *, repeats: int = 10) -> float:
+    """Bytes per second of a device-to-device copy of ``nbytes``, counting bytes read plus written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    timing = time_fn(lambda: dst.copy_(src), device=device, warmup=3, repeats=repeats, max_seconds=2.0)
+    return 2 * nbytes / timing.median
+
+
+def measure_transfer_bandwidth(
+    nbytes: int, device: torch.device | str, *, pinned: bool, repeats: int = 10
+) -> float:
+    """Bytes per second copied from host memory to a GPU (pinned or pageable host memory)."""
+    if torch.device(device).type != "cuda":
+        raise ValueError(f"host-to-device transfers need a CUDA device, not {device}")
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).random_()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    timing = time_fn(lambda: dst.copy_(host, non_blocking=pinned), device=device, warmup=2,
+                     repeats=repeats, max_seconds=2.0)
+    return nbytes / timing.median
+
+
+# --------------------------------------------------------------------------- datasheet peaks
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPeak:
+    """Datasheet peak throughput of one GPU model, dense (no 2:4 sparsity), at boost clock.
+
+    FLOP/s fields are in TFLOP/s; None where the GPU has no fast path for that format. For
+    GeForce cards the fp16 and bf16 figures are with float32 accumulation, which PyTorch uses.
+    """
+
+    name: str
+    fp32: float
+    tf32: float | None
+    fp16: float
+    bf16: float | None
+    memory_bandwidth_gbs: float
+    """Memory bandwidth in GB/s (10**9 bytes per second)."""
+
+
+# Order matters: the first pattern that matches the device name wins, so specific names go first.
+_GPU_PEAKS: tuple[tuple[str, GpuPeak], ...] = (
+    (r"H200 NVL", GpuPeak("H200 NVL", 60, 417.5, 835.5, 835.5, 4800)),
+    (r"(?<!G)H200", GpuPeak("H200 SXM", 67, 494.7, 989.4, 989.4, 4800)),
+    (r"H100 NVL", GpuPeak("H100 NVL", 60, 417.5, 835.5, 835.5, 3900)),
+    (r"H100 PCIe", GpuPeak("H100 PCIe", 51, 378, 756, 756, 2000)),
+    (r"(?<!G)H100", GpuPeak("H100 SXM", 67, 494.7, 989.4, 989.4, 3350)),
+    (r"A100 80GB PCIe", GpuPeak("A100 80GB PCIe", 19.5, 156, 312, 312, 1935)),
+    (r"A100-PCIE", GpuPeak("A100 40GB PCIe", 19.5, 156, 312, 312, 1555)),
+    (r"A100.*80GB", GpuPeak("A100 SXM 80GB", 19.5, 156, 312, 312, 2039)),
+    (r"A100", GpuPeak("A100 SXM 40GB", 19.5, 156, 312, 312, 1555)),
+    (r"L40S", GpuPeak("L40S", 91.6, 183, 362, 362, 864)),
+    (r"\bL4\b", GpuPeak("L4", 30.3, 60, 121, 121, 300)),
+    (r"\bA10\b", GpuPeak("A10", 31.2, 62.5, 125, 125, 600)),
+    (r"\bT4\b", GpuPeak("T4", 8.1, None, 65, None, 320)),
+    (r"V100-PCIE", GpuPeak("V100 PCIe", 14, None, 112, None, 900)),
+    (r"V100", GpuPeak("V100 SXM2", 15.7, None, 125, None, 900)),
+    (r"RTX A6000\s*$", GpuPeak("RTX A6000", 38.7, 77.4, 154.8, 154.8, 768)),
+    (r"RTX 4090\s*$", GpuPeak("GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 1008)),
+    (r"RTX 4080\s*$", GpuPeak("GeForce RTX 4080", 48.7, 48.7, 97.5, 97.5, 716.8)),
+    (r"RTX 3090\s*$", GpuPeak("GeForce RTX 3090", 35.6, 35.6, 71, 71, 936)),
+    (r"RTX 3080\s*$", GpuPeak("GeForce RTX 3080", 29.8, 29.8, 59.5, 59.5, 760)),
+)
+
+
+def known_gpus() -> list[GpuPeak]:
+    """Every GPU in the peak table."""
+    return [peak for _, peak in _GPU_PEAKS]
+
+
+def lookup_gpu_peak(gpu_name: str) -> GpuPeak | None:
+    """The datasheet peaks for a GPU name as the driver reports it, or None if it is not in the table."""
+    for pattern, peak in _GPU_PEAKS:
+        if re.search(pattern, gpu_name, flags=re.IGNORECASE):
+            return peak
+    return None
+
+
+def peak_flops(dtype: torch.dtype, device: torch.device | str | None = None, *, tf32: bool = False,
+               gpu_name: str | None = None) -> float:
+    """Dense datasheet peak in FLOP/s for ``dtype`` on the given CUDA device (or a named GPU).
+
+    Raises ``ValueError`` with what to do when the GPU is not in the table, the device is not a
+    CUDA GPU, or the GPU has no fast path for ``dtype``.
+    """
+    if gpu_name is None:
+        if device is None or torch.device(device).type != "cuda":
+            raise ValueError(
+                f"Datasheet peaks exist for NVIDIA GPUs only, not for {device!r}. On a CPU, compare "
+                "against a measured peak instead (measure_matmul)."
+            )
+        gpu_name = torch.cuda.get_device_name(device)
+    peak = lookup_gpu_peak(gpu_name)
+    if peak is None:
+        names = ", ".join(p.name for p in known_gpus())
+        raise ValueError(
+            f"{gpu_name!r} is not in the course's peak table ({names}). Look up its dense "
+            "(non-sparse) peak on the datasheet and pass it yourself, or use a measured peak."
+        )
+    if dtype == torch.float32:
+        value = peak.tf32 if tf32 else peak.fp32
+    elif dtype == torch.float16:
+        value = peak.fp16
+    elif dtype == torch.bfloat16:
+        value = peak.bf16
+    else:
+        raise ValueError(f"The peak table covers float32 (and TF32), float16 and bfloat16, not {dtype}.")
+    if value is None:
+        fmt = "TF32" if dtype == torch.float32 else str(dtype).removeprefix("torch.")
+        raise ValueError(f"The {peak.name} has no fast {fmt} path (it needs compute capability 8.0 or newer).")
+    return value * 1e12
+
+
+# --------------------------------------------------------------------------- the roofline
+
+
+def attainable_flops(intensity: float, peak_flops: float, bandwidth: float) -> float:
+    """The roofline: FLOP/s reachable at ``intensity`` FLOP/byte, min(peak, intensity * bandwidth)."""
+    if intensity <= 0 or peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError("intensity, peak_flops and bandwidth must all be positive")
+    return min(peak_flops, intensity * bandwidth)
+
+
+def ridge_intensity(peak_flops: float, bandwidth: float) -> float:
+    """FLOP/byte where the roofline turns: below it an operation is memory-bound, above compute-bound."""
+    return peak_flops / bandwidth
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_rate(value: float, unit: str) -> str:
+    """``format_rate(3.1e12, 'FLOP/s') -> '3.1 TFLOP/s'``."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"

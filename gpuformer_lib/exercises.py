@@ -1,0 +1,264 @@
+"""Checks for the exercises at the end of each chapter.
+
+Each ``check_*`` takes the learner's answer (usually a function), tries it on several cases and
+prints either a pass or one specific hint about what is wrong, then returns a :class:`CheckResult`
+that is truthy on a pass (so ``assert check_...(answer)`` works in solutions and tests). Checks
+print rather than raise, so "Run all" in a notebook keeps going past an unfinished exercise.
+
+Checks are grouped by topic, not by chapter; each docstring says what the exercise asks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+
+class CheckResult:
+    """The outcome of a check: truthy if it passed; ``message`` is what was printed."""
+
+    def __init__(self, passed: bool, message: str):
+        self.passed = passed
+        self.message = message
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return f"CheckResult(passed={self.passed}, message={self.message!r})"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing more in a notebook: the check has printed its message already."""
+
+
+def _report(ok: bool, message: str) -> CheckResult:
+    text = ("✅ Correct. " if ok else "❌ Not yet. ") + message
+    print(text)
+    return CheckResult(ok, text)
+
+
+def _try(fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+    try:
+        return fn(*args), None
+    except NotImplementedError:
+        return None, "The function still raises NotImplementedError: replace that line with your code."
+    except Exception as err:  # the learner's code may raise anything; show it, don't crash
+        return None, f"Your function raised {type(err).__name__}: {err} (for arguments {args})."
+
+
+def _close(a: Any, b: float, rel: float = 1e-6) -> bool:
+    try:
+        return math.isclose(float(a), b, rel_tol=rel)
+    except (TypeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- hardware and memory
+
+
+def check_weights_memory(fn: Callable[[int, torch.dtype], float]) -> CheckResult:
+    """``fn(n_params, dtype)`` returns the GiB (2**30 bytes) the weights of a model take."""
+    cases = [(7_000_000_000, torch.bfloat16), (124_000_000, torch.float32), (1_300_000_000, torch.float16),
+             (350_000_000, torch.float64)]
+    for n, dtype in cases:
+        got, err = _try(fn, n, dtype)
+        if err:
+            return _report(False, err)
+        want = n * dtype.itemsize / 2**30
+        if _close(got, want):
+            continue
+        if _close(got, n * dtype.itemsize):
+            return _report(False, f"For {n:,} parameters in {dtype} you returned bytes; divide by 2**30 for GiB.")
+        if _close(got, n * dtype.itemsize / 1e9):
+            return _report(False, "You returned GB (10**9 bytes); the exercise asks for GiB (2**30 bytes), "
+                                  "the unit torch.cuda memory figures use.")
+        if _close(got, n * 4 / 2**30):
+            return _report(False, f"You used 4 bytes per parameter for {dtype}; use dtype.itemsize "
+                                  f"({dtype.itemsize} bytes).")
+        return _report(False, f"For {n:,} parameters in {dtype} you returned {got!r}, expected {want:.4g} GiB. "
+                              "Bytes = parameters x bytes per element (dtype.itemsize).")
+    return _report(True, "Weights take parameters x dtype.itemsize bytes: a 7B model needs 13 GiB in bf16.")
+
+
+def check_supports_bf16(fn: Callable[[tuple[int, int]], bool]) -> CheckResult:
+    """``fn((major, minor))`` says whether an NVIDIA GPU of that compute capability has fast bf16."""
+    cases = {(6, 1): False, (7, 0): False, (7, 5): False, (8, 0): True, (8, 6): True, (8, 9): True,
+             (9, 0): True, (10, 0): True, (12, 0): True}
+    for cc, want in cases.items():
+        got, err = _try(fn, cc)
+        if err:
+            return _report(False, err)
+        if not isinstance(got, bool):
+            return _report(False, f"Return True or False, not {type(got).__name__} ({got!r}) for {cc}.")
+        if got != want:
+            if cc == (7, 5):
+                hint = "A T4 is compute capability 7.5 (Turing): it has fp16 tensor cores but no bf16."
+            elif cc[0] > 8:
+                hint = (f"{cc[0]}.{cc[1]} is newer than Ampere and supports bf16: compare the whole "
+                        "tuple, cc >= (8, 0), instead of testing for major == 8.")
+            elif want:
+                hint = f"{cc[0]}.{cc[1]} (Ampere/Ada) supports bf16: the threshold is 8.0."
+            else:
+                hint = f"{cc[0]}.{cc[1]} is older than Ampere (8.0) and has no bf16 tensor cores."
+            return _report(False, f"Wrong for compute capability {cc}: {hint}")
+    return _report(True, "bf16 needs compute capability 8.0 or newer (Ampere, Ada, Hopper, Blackwell).")
+
+
+def check_fits_training(fn: Callable[[int, float], bool]) -> CheckResult:
+    """``fn(n_params, gpu_memory_gib)``: do fp32 weights, gradients and AdamW's two states fit?
+
+    Activations are ignored. The right count is 16 bytes per parameter.
+    """
+    memory_gib = 16.0
+    budget = memory_gib * 2**30
+    per_param_tried = (4, 8, 12, 16, 20, 24)
+    answers = []
+    for b in per_param_tried:
+        n = int(0.9 * budget / b)
+        got, err = _try(fn, n, memory_gib)
+        if err:
+            return _report(False, err)
+        if not isinstance(got, bool):
+            return _report(False, f"Return True or False, not {type(got).__name__} ({got!r}).")
+        answers.append(got)
+    want = [16 * int(0.9 * budget / b) <= budget for b in per_param_tried]
+    if answers == want:
+        return _report(True, "fp32 weights (4 B) + gradients (4 B) + AdamW exp_avg and exp_avg_sq (8 B) "
+                             "= 16 bytes per parameter, before any activation.")
+    implied = [b for b in (4, 8, 12, 16, 20, 24)
+               if answers == [b * int(0.9 * budget / x) <= budget for x in per_param_tried]]
+    hints = {
+        4: "You counted the weights only. Training also keeps a gradient per weight and AdamW's two moments.",
+        8: "You counted weights and gradients, but AdamW also keeps two states per parameter (exp_avg, exp_avg_sq).",
+        12: "You are 4 bytes short per parameter: AdamW keeps two fp32 states, not one.",
+        20: "You counted more than needed: weights, gradients and two AdamW states make 16 bytes per parameter.",
+        24: "You counted more than needed: weights, gradients and two AdamW states make 16 bytes per parameter.",
+    }
+    if implied and implied[0] in hints:
+        return _report(False, hints[implied[0]])
+    return _report(False, "Count bytes per parameter (weights, gradients, optimizer states) times the "
+                          "number of parameters, and compare with gpu_memory_gib * 2**30.")
+
+
+# --------------------------------------------------------------------------- FLOPs, bytes and the roofline
+
+
+def check_matmul_flops(fn: Callable[[int, int, int], int]) -> CheckResult:
+    """``fn(m, n, k)`` returns the FLOPs of an (m, k) @ (k, n) matrix product."""
+    for m, n, k in [(3, 5, 7), (128, 64, 32), (1, 4096, 4096)]:
+        got, err = _try(fn, m, n, k)
+        if err:
+            return _report(False, err)
+        want = 2 * m * n * k
+        if _close(got, want):
+            continue
+        if _close(got, m * n * k):
+            return _report(False, "Each of the m*n*k steps is a multiply and an add: 2 FLOPs.")
+        if _close(got, 2 * m * n * (k - 1)) or _close(got, m * n * (2 * k - 1)):
+            return _report(False, "Close: the exact count is m*n*(2k-1), but FLOP counts for throughput "
+                                  "use 2*m*n*k (a multiply-add per step). Use that.")
+        return _report(False, f"For m={m}, n={n}, k={k} you returned {got!r}, expected {want}. Every "
+                              "output element is a dot product of length k.")
+    return _report(True, "An (m, k) @ (k, n) product costs 2*m*n*k FLOPs.")
+
+
+def check_matmul_intensity(fn: Callable[[int, int, int, int], float]) -> CheckResult:
+    """``fn(m, n, k, bytes_per_element)``: FLOP per byte of a matrix product that reads A and B once
+    and writes C once."""
+    for m, n, k, b in [(4096, 4096, 4096, 2), (16, 4096, 4096, 2), (1024, 512, 256, 4)]:
+        got, err = _try(fn, m, n, k, b)
+        if err:
+            return _report(False, err)
+        flops = 2 * m * n * k
+        want = flops / ((m * k + k * n + m * n) * b)
+        if _close(got, want):
+            continue
+        if _close(got, flops / ((m * k + k * n) * b)):
+            return _report(False, "You counted reading A and B but not writing C: the m*n outputs are bytes moved too.")
+        if _close(got, want / 2):
+            return _report(False, "Your FLOP count is half: a matrix product is 2*m*n*k FLOPs.")
+        if _close(got, want / 8):
+            return _report(False, "You divided by bits; divide by bytes (bytes_per_element).")
+        if _close(got, flops / ((m * k + k * n + m * n))):
+            return _report(False, "You counted elements, not bytes: multiply by bytes_per_element.")
+        return _report(False, f"For ({m}, {k}) @ ({k}, {n}) with {b}-byte elements you returned {got!r}, "
+                              f"expected {want:.4g}. Intensity = FLOPs / (bytes of A + B + C).")
+    return _report(True, "Large square products do ~n/3 FLOPs per element moved; a 16-row product only ~16.")
+
+
+def check_attainable_flops(fn: Callable[[float, float, float], float]) -> CheckResult:
+    """``fn(intensity, peak_flops, bandwidth)``: the roofline's attainable FLOP/s."""
+    peak, bw = 1e15, 3e12
+    intensities = (0.25, 10.0, 333.3, 5000.0)
+    got = []
+    for intensity in intensities:
+        value, err = _try(fn, intensity, peak, bw)
+        if err:
+            return _report(False, err)
+        got.append(value)
+
+    def matches(rule: Callable[[float], float]) -> bool:
+        return all(_close(g, rule(i)) for g, i in zip(got, intensities))
+
+    if matches(lambda i: min(peak, i * bw)):
+        return _report(True, "Attainable = min(peak, intensity x bandwidth).")
+    diagnoses = [
+        (lambda i: peak, "At low intensity memory limits you to intensity x bandwidth, below the peak."),
+        (lambda i: i * bw, "At high intensity the compute peak caps you: take the minimum of the two roofs."),
+        (lambda i: max(peak, i * bw), "Use min, not max: you can exceed neither the compute peak nor what memory can feed."),
+        (lambda i: min(peak, i / bw), "FLOP/byte times byte/s gives FLOP/s: multiply intensity by bandwidth."),
+    ]
+    for rule, hint in diagnoses:
+        if matches(rule):
+            return _report(False, hint)
+    wrong = next(i for g, i in zip(got, intensities) if not _close(g, min(peak, i * bw)))
+    return _report(False, f"For intensity {wrong} FLOP/byte, peak {peak:.0e} FLOP/s and bandwidth {bw:.0e} B/s "
+                          f"you returned {got[intensities.index(wrong)]!r}, expected {min(peak, wrong * bw):.4g}.")
+
+
+# Operations for check_bound, with their intensity on a 16-bit GPU (FLOPs / bytes moved).
+BOUND_OPERATIONS: dict[str, float] = {
+    "matmul (4096, 4096) @ (4096, 4096), bf16": 2 * 4096**3 / (3 * 4096**2 * 2),
+    "matmul (16, 4096) @ (4096, 4096), bf16 (one decoding step)": 2 * 16 * 4096**2 / ((2 * 16 * 4096 + 4096**2) * 2),
+    "softmax over a (8192, 8192) bf16 score matrix": 5 / 4,
+    "layer norm over (8192, 4096) bf16 activations": 8 / 4,
+    "residual add of two (8192, 4096) bf16 tensors": 1 / 6,
+}
+
+
+def check_bound(answers: dict[str, str], peak_flops: float = 989.4e12, bandwidth: float = 3.35e12) -> CheckResult:
+    """``answers`` maps each name in :data:`BOUND_OPERATIONS` to ``"memory"`` or ``"compute"``: which
+    roof limits it on a GPU with these ceilings (default: an H100 SXM's datasheet bf16 and HBM3)."""
+    ridge = peak_flops / bandwidth
+    missing = [op for op in BOUND_OPERATIONS if op not in answers]
+    if missing:
+        return _report(False, f"Answer every operation; missing: {missing[0]!r}.")
+    for op, intensity in BOUND_OPERATIONS.items():
+        want = "compute" if intensity > ridge else "memory"
+        got = str(answers[op]).strip().lower()
+        if got not in ("memory", "compute"):
+            return _report(False, f"Answer 'memory' or 'compute' for {op!r}, not {answers[op]!r}.")
+        if got != want:
+            return _report(False, f"{op}: its intensity is {intensity:.3g} FLOP/byte and the ridge is at "
+                                  f"{ridge:.0f} FLOP/byte, so it is {want}-bound.")
+    return _report(True, f"Only the large matmul clears the ridge at {ridge:.0f} FLOP/byte; a 16-row "
+                         "product (a decoding step) is memory-bound like the element-wise operations.")
+
+
+def check_speedup(fn: Callable[[float, float], float]) -> CheckResult:
+    """``fn(time_before, time_after)`` returns the speedup."""
+    for before, after in [(10.0, 2.7), (3.0, 1.5), (1.0, 4.0)]:
+        got, err = _try(fn, before, after)
+        if err:
+            return _report(False, err)
+        want = before / after
+        if _close(got, want):
+            continue
+        if _close(got, after / before):
+            return _report(False, "Upside down: speedup is time before / time after, so faster gives a number above 1.")
+        if _close(got, (before - after) / before) or _close(got, 100 * (before - after) / before):
+            return _report(False, "That is the fraction of time saved, not the speedup (time before / time after).")
+        return _report(False, f"For {before} s before and {after} s after you returned {got!r}, expected {want:.4g}.")
+    return _report(True, "10 h before and 2.7 h after is a 3.7x speedup; on 4 GPUs that is 93% efficiency.")

@@ -1,0 +1,1 @@
+"""Maintenance tools for the course repository: executing notebooks, hygiene checks, student copies."""

@@ -1,0 +1,99 @@
+"""Execute notebooks in place and record what they ran on: ``make outputs``.
+
+    python -m gpuformer_lib.tools.execute                     # every chapter notebook
+    python -m gpuformer_lib.tools.execute notebooks/01_*.ipynb
+
+Each notebook runs top to bottom in a fresh kernel on the best device present (or the one
+``$GPUFORMER_DEVICE`` names). On success its metadata gains a ``gpuformer`` entry: the hardware
+summary, the size preset, library versions, the date, the run time and a hash of the code cells,
+and the file is replaced atomically. A notebook that fails is left as it was and the command
+exits non-zero, naming the cell that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+from tqdm.auto import tqdm
+
+from gpuformer_lib.device import choose_preset, hardware_summary
+from gpuformer_lib.tools.notebooks import METADATA_KEY, code_hash, notebook_paths
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("torch", "gpuformer-lib", "numpy", "matplotlib", "nbclient", "ipykernel"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
+def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python3") -> float:
+    """Run ``path`` in place; return the seconds it took. Raises CellExecutionError on a failing cell."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    summary = hardware_summary()
+    nb.metadata[METADATA_KEY] = {
+        "executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "seconds": round(seconds, 1),
+        "hardware": summary.as_dict(),
+        "preset": choose_preset(summary.device).name,
+        "versions": _versions(),
+        "code_hash": code_hash(nb),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".ipynb")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            nbformat.write(nb, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: all chapters)")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or notebook_paths()
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {missing[0]}")
+    print(hardware_summary(), flush=True)
+    failed = []
+    for path in tqdm(paths, desc="notebooks", unit="nb"):
+        try:
+            seconds = execute_notebook(path, args.timeout, args.kernel)
+        except CellExecutionError as err:
+            failed.append(path)
+            tqdm.write(f"FAILED {path} (left unchanged):\n{err}")
+            continue
+        tqdm.write(f"{seconds:7.1f} s  {path}")
+    if failed:
+        print(f"{len(failed)} notebook(s) failed: {', '.join(map(str, failed))}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Plots the chapters share, and the bridge from a notebook's numbers to the book's prose.
+
+Covers: the roofline plot (measured ceilings, datasheet ceilings, operations placed on it) and
+:func:`glue`, which hands a measured value to the book's prose through myst-nb (so no number in
+the text is typed by hand) and still works where myst-nb is not installed (Colab).
+
+Leaves out: the roofline arithmetic itself (``bench``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import matplotlib.pyplot as plt
+
+
+class _PlainText:
+    """Shows a string without the quotes its repr would add, so prose reads '147 GFLOP/s'."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def glue(name: str, value: Any, display: bool = False) -> Any:
+    """Record ``value`` under ``name`` for the book (``{glue:text}`name` `` in a markdown cell).
+
+    Strings are glued without quotes. Returns ``value``. Without myst-nb the value is only
+    displayed (when ``display`` is true).
+    """
+    shown = _PlainText(value) if isinstance(value, str) else value
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        if display:
+            from IPython.display import display as ipy_display
+
+            ipy_display(shown)
+        return value
+    myst_glue(name, shown, display=display)
+    return value
+
+
+def plot_roofline(
+    peak_flops: float,
+    bandwidth: float,
+    points: Sequence[tuple[str, float, float]] = (),
+    *,
+    extra_ceilings: Sequence[tuple[str, float]] = (),
+    device_name: str = "",
+    ax: plt.Axes | None = None,
+) -> plt.Axes:
+    """Draw a roofline: FLOP/s against arithmetic intensity (FLOP/byte), both axes logarithmic.
+
+    ``peak_flops`` and ``bandwidth`` (bytes/s) make the main roof; ``extra_ceilings`` adds other
+    compute roofs as ``(label, flops)``; ``points`` places operations as
+    ``(label, intensity, achieved_flops)``.
+    """
+    if peak_flops <= 0 or bandwidth <= 0:
+        raise ValueError("peak_flops and bandwidth must be positive")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 5))
+    ridge = peak_flops / bandwidth
+    intensities = [p[1] for p in points] + [ridge]
+    lo, hi = min(intensities) / 4, max(intensities) * 4
+    xs = [lo, ridge, hi]
+    ax.plot(xs, [min(peak_flops, x * bandwidth) for x in xs], color="black", lw=2,
+            label=f"roof: {peak_flops / 1e12:.3g} TFLOP/s, {bandwidth / 1e9:.3g} GB/s")
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak_flops), textcoords="offset points",
+                xytext=(4, -14), fontsize=8, color="grey")
+    for label, flops in extra_ceilings:
+        ax.plot([flops / bandwidth, hi], [flops, flops], ls="--", lw=1, label=f"{label}: {flops / 1e12:.3g} TFLOP/s")
+    for label, intensity, achieved in points:
+        ax.scatter([intensity], [achieved], zorder=3, s=36)
+        ax.annotate(label, (intensity, achieved), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title(f"Roofline{': ' + device_name if device_name else ''}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax

@@ -1,0 +1,47 @@
+"""The book builds with warnings treated as errors and shows the stored outputs."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
+
+pytestmark = pytest.mark.book
+
+
+@pytest.fixture(scope="module")
+def html(tmp_path_factory) -> Path:
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    if not jupyter_book.exists():
+        jupyter_book = shutil.which("jupyter-book")
+    assert jupyter_book, "jupyter-book is not installed: run `make test`, which installs requirements.txt"
+    out = tmp_path_factory.mktemp("book")
+    result = subprocess.run(
+        [str(jupyter_book), "build", str(REPO_ROOT), "--path-output", str(out), "--warningiserror", "--all"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, f"book build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return out / "_build" / "html"
+
+
+def test_index_and_every_chapter_are_built(html):
+    assert (html / "index.html").exists()
+    for path in notebook_paths():
+        assert (html / "notebooks" / f"{path.stem}.html").exists(), f"{path.name} has no page"
+
+
+def test_chapter_pages_show_stored_outputs_figures_and_glued_numbers(html):
+    page = (html / "notebooks" / "01_why_gpus.html").read_text()
+    assert "size preset" in page, "the opening hardware summary is missing"
+    assert len(re.findall(r"<img [^>]*src=\"[^\"]*\.png\"", page)) >= 3, "figures are missing"
+    assert "glue:" not in page, "a {glue} reference was not resolved"
+    assert "colab.research.google.com" in page and "mybinder.org" in page, "launch buttons are missing"
+
+
+def test_solutions_are_folded_away(html):
+    page = (html / "notebooks" / "00_setup.html").read_text()
+    assert page.count("tag_hide-cell") >= 3

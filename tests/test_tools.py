@@ -1,0 +1,52 @@
+"""``make outputs`` (tools.execute) and ``make student`` (tools.student) on small notebooks."""
+
+import nbformat
+import pytest
+from nbclient.exceptions import CellExecutionError
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from gpuformer_lib.tools import execute, student
+from gpuformer_lib.tools.notebooks import METADATA_KEY, code_hash
+
+
+def write(path, *cells):
+    nb = new_notebook(cells=list(cells))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_execute_runs_in_place_and_records_metadata(tmp_path):
+    path = write(tmp_path / "ok.ipynb", new_markdown_cell("# hi"), new_code_cell("print(6 * 7)"))
+    seconds = execute.execute_notebook(path, timeout=120)
+    nb = nbformat.read(path, as_version=4)
+    assert nb.cells[1].outputs[0]["text"] == "42\n"
+    meta = nb.metadata[METADATA_KEY]
+    assert meta["code_hash"] == code_hash(nb)
+    assert meta["hardware"]["device"] and meta["versions"]["torch"] and meta["preset"]
+    assert 0 < seconds and meta["seconds"] == round(seconds, 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["ok.ipynb"]  # no temporary file left behind
+
+
+def test_execute_leaves_a_failing_notebook_unchanged(tmp_path):
+    path = write(tmp_path / "bad.ipynb", new_code_cell("raise ValueError('boom')"))
+    before = path.read_bytes()
+    with pytest.raises(CellExecutionError, match="boom"):
+        execute.execute_notebook(path, timeout=120)
+    assert path.read_bytes() == before
+    assert execute.main([str(path)]) == 1
+
+
+def test_student_copy_drops_solutions_and_outputs(tmp_path):
+    solution = new_code_cell("answer = 42")
+    solution.metadata["tags"] = ["hide-cell", "solution"]
+    exercise = new_code_cell("answer = None")
+    exercise.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x\n")]
+    exercise.execution_count = 3
+    nb = new_notebook(cells=[new_markdown_cell("Exercise"), exercise, solution])
+    nb.metadata[METADATA_KEY] = {"code_hash": "x"}
+    copy = student.student_copy(nb)
+    assert [c.source for c in copy.cells] == ["Exercise", "answer = None"]
+    assert copy.cells[1].outputs == [] and copy.cells[1].execution_count is None
+    assert METADATA_KEY not in copy.metadata
+    assert len(nb.cells) == 3  # the original is untouched
