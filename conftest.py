@@ -12,7 +12,6 @@ from collections import defaultdict
 import pytest
 
 _seconds: dict[str, float] = defaultdict(float)
-_over_budget: list[str] = []
 
 
 def _budget_s() -> float:
@@ -33,8 +32,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for path, seconds in sorted(_seconds.items()):
         flag = "  OVER BUDGET" if budget and seconds > budget else ""
         terminalreporter.write_line(f"{seconds:7.1f} s  {path}{flag}")
-        if flag and path not in _over_budget:
-            _over_budget.append(path)
     terminalreporter.write_line(f"{sum(_seconds.values()):7.1f} s  all notebooks (budget {budget:.0f} s each)")
 
 
