@@ -24,11 +24,11 @@ class _PlainText:
         return self.text
 
 
-def glue(name: str, value: Any, display: bool = False) -> Any:
+def glue(name: str, value: Any, display: bool = False) -> None:
     """Record ``value`` under ``name`` for the book (``{glue:text}`name` `` in a markdown cell).
 
-    Strings are glued without quotes. Returns ``value``. Without myst-nb the value is only
-    displayed (when ``display`` is true).
+    Strings are glued without quotes. Without myst-nb the value is only displayed (when
+    ``display`` is true). Returns None, so a glue on a cell's last line adds no output.
     """
     shown = _PlainText(value) if isinstance(value, str) else value
     try:
@@ -38,9 +38,8 @@ def glue(name: str, value: Any, display: bool = False) -> Any:
             from IPython.display import display as ipy_display
 
             ipy_display(shown)
-        return value
+        return
     myst_glue(name, shown, display=display)
-    return value
 
 
 def plot_roofline(
