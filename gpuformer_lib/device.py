@@ -250,8 +250,8 @@ def hardware_summary(device: str | torch.device | None = None) -> HardwareSummar
 
 PRESET_NAMES = ("cpu", "gpu-small", "gpu")
 _PRESET_HELP = {
-    "cpu": "small sizes that finish in a few minutes on a laptop or CI CPU; shapes and correctness, not speed",
-    "gpu-small": "sizes for a GPU with less than 24 GiB (a Colab T4, Apple MPS): the real effects, smaller",
+    "cpu": "small sizes that finish in minutes on a laptop CPU: correctness and method, not speed",
+    "gpu-small": "sizes for a GPU under 24 GiB (a Colab T4, Apple MPS): the real effects, smaller",
     "gpu": "sizes that show the real effect on a data-centre GPU (A100, H100)",
 }
 
@@ -285,7 +285,7 @@ class SizePreset:
         return gpu
 
     def __str__(self) -> str:
-        return f"size preset '{self.name}': {self.description} ({self.reason})"
+        return f"size preset '{self.name}' ({self.reason}):\n  {self.description}"
 
 
 def choose_preset(device: str | torch.device | None = None, name: str | None = None) -> SizePreset:
