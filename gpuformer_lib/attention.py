@@ -1,0 +1,189 @@
+"""Scaled dot-product attention and multi-head attention, written out, with masks safe in every dtype.
+
+Implements Vaswani et al. (2017), "Attention Is All You Need", §3.2: equation (1),
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V,
+
+and multi-head attention (§3.2.2). Masks follow ``torch.nn.functional.scaled_dot_product_attention``:
+a boolean ``attn_mask`` is True where a query may attend to a key; a float mask is added to the
+scores. Masked scores become ``-inf`` (never a literal like -1e9, which does not fit in float16),
+and a query whose every key is masked gets zero weights and a zero output instead of NaN.
+
+Leaves out: positional information and the layers around attention (``layers``), fused kernels
+other than PyTorch's own SDPA (chapter 10).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., T, hs), got {tuple(t.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k need the same head size: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v need the same number of keys: k {tuple(k.shape)}, v {tuple(v.shape)}")
+
+
+def _check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "attn_mask") -> None:
+    try:
+        torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores "
+            f"{tuple(scores_shape)} = (..., T_query, T_key)"
+        ) from None
+
+
+def causal_mask(t_query: int, t_key: int | None = None, device: torch.device | str | None = None) -> Tensor:
+    """Boolean (T_query, T_key) mask, True where query i may see key j: j <= i (top-left aligned)."""
+    t_key = t_query if t_key is None else t_key
+    return torch.ones(t_query, t_key, dtype=torch.bool, device=device).tril()
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Attention written out: returns ``(output, weights)``.
+
+    q: (..., Tq, hs), k: (..., Tk, hs), v: (..., Tk, hv) -> output (..., Tq, hv), weights (..., Tq, Tk).
+    ``weights`` are the probabilities actually applied to ``v`` (after dropout, if any). Like
+    PyTorch's function, dropout is applied whenever ``dropout_p > 0``: pass 0 in evaluation.
+    """
+    _check_qkv(q, k, v)
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, hs) x (..., hs, Tk) -> (..., Tq, Tk)
+    if is_causal:
+        attn_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+    if attn_mask is not None:
+        _check_mask(attn_mask, scores.shape)
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.to(scores.dtype)
+    # A query with every key masked would softmax -inf against -inf (NaN): give it zero weights.
+    fully_masked = torch.isneginf(scores).all(dim=-1, keepdim=True)
+    weights = scores.masked_fill(fully_masked, 0.0).softmax(dim=-1).masked_fill(fully_masked, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights.to(v.dtype) @ v, weights  # (..., Tq, Tk) x (..., Tk, hv) -> (..., Tq, hv)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, batch-first: (B, T, C) in, (B, T, C) out.
+
+    Parameters are named as in ``torch.nn.MultiheadAttention`` (``in_proj_weight`` holding W_q, W_k
+    and W_v stacked, ``in_proj_bias``, ``out_proj``), so one module's ``state_dict`` loads into the
+    other. ``use_sdpa`` switches between the explicit path (:func:`scaled_dot_product_attention`,
+    which can return the weights) and PyTorch's fused ``F.scaled_dot_product_attention``; both give
+    the same result.
+
+    Masks: ``attn_mask`` as in :func:`scaled_dot_product_attention` (boolean True = may attend),
+    shaped (Tq, Tk) or (B, H, Tq, Tk) or anything that broadcasts to it; ``key_padding_mask`` (B, Tk)
+    is True at *padding* keys, which are ignored (the convention of ``nn.MultiheadAttention``).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, use_sdpa: bool = True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.head_size = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.use_sdpa = use_sdpa
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model)) if bias else None
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        nn.init.xavier_uniform_(self.in_proj_weight)
+        if bias:
+            nn.init.zeros_(self.out_proj.bias)
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_size).transpose(1, 2)  # (B, T, C) -> (B, H, T, hs)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        B, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, H, T, hs) -> (B, T, C)
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        w, b = self.in_proj_weight, self.in_proj_bias
+        if query is key and key is value:  # self-attention: one fused (C -> 3C) projection
+            return F.linear(query, w, b).chunk(3, dim=-1)  # (B, T, C) -> 3 x (B, T, C)
+        w_q, w_k, w_v = w.chunk(3)
+        b_q, b_k, b_v = b.chunk(3) if b is not None else (None, None, None)
+        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None) -> None:
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 3 or t.shape[-1] != self.d_model:
+                raise ValueError(f"{name} must have shape (B, T, {self.d_model}), got {tuple(t.shape)}")
+        if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
+            raise ValueError(f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+                             f"{tuple(value.shape)} must share B, and key and value T")
+        if key_padding_mask is not None and key_padding_mask.shape != key.shape[:2]:
+            raise ValueError(f"key_padding_mask must have shape (B, T_key) = {tuple(key.shape[:2])}, "
+                             f"got {tuple(key_padding_mask.shape)}")
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Returns ``(output, weights)``: output (B, Tq, C); weights (B, H, Tq, Tk) if ``need_weights``, else None."""
+        self._check_inputs(query, key, value, key_padding_mask)
+        B, Tq, Tk = query.shape[0], query.shape[1], key.shape[1]
+        q, k, v = (self.split_heads(t) for t in self._project(query, key, value))  # each (B, H, T, hs)
+        mask = self._combine_masks(attn_mask, key_padding_mask, is_causal, (B, self.n_heads, Tq, Tk), q.device)
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)  # the fused kernel wants a float mask in the dtype of q
+        causal_only = is_causal and mask is None
+        dropout_p = self.dropout if self.training else 0.0
+        if self.use_sdpa and not need_weights:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal_only)
+            weights = None
+        else:
+            y, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                      is_causal=causal_only)
+        return self.out_proj(self.merge_heads(y)), weights  # (B, H, Tq, hs) -> (B, Tq, C)
+
+    @staticmethod
+    def _combine_masks(attn_mask, key_padding_mask, is_causal, scores_shape, device) -> Tensor | None:
+        """One mask for (B, H, Tq, Tk) from the three ways of masking; None if nothing is masked."""
+        if attn_mask is not None:
+            _check_mask(attn_mask, scores_shape)
+        if key_padding_mask is None and not (is_causal and attn_mask is not None):
+            return attn_mask
+        allowed = torch.ones(scores_shape[-2:], dtype=torch.bool, device=device)
+        if is_causal:
+            allowed = causal_mask(*scores_shape[-2:], device=device)
+        if key_padding_mask is not None:
+            allowed = allowed & ~key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, Tk) -> (B, 1, 1, Tk)
+        if attn_mask is None:
+            return allowed
+        if attn_mask.dtype == torch.bool:
+            return allowed & attn_mask
+        return attn_mask.masked_fill(~allowed, float("-inf"))

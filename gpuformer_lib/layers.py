@@ -1,0 +1,144 @@
+"""The layers of a Transformer around attention: positional encodings, the feed-forward block,
+residual connections with LayerNorm (pre-LN or post-LN), and the encoder and decoder layers.
+
+Implements Vaswani et al. (2017) §3.1 (layers), §3.3 (feed-forward), §3.5 (sinusoidal positional
+encoding). Post-LN is the paper's ``x = LayerNorm(x + Sublayer(x))``; pre-LN, used by GPT-2 and
+most models since (Xiong et al. 2020), is ``x = x + Sublayer(LayerNorm(x))``.
+
+Submodules are named as in ``torch.nn.TransformerEncoderLayer`` and ``TransformerDecoderLayer``
+(``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1``..``norm3``), so their
+``state_dict`` loads into these layers and the two can be compared number for number.
+
+Leaves out: embeddings and the whole model (``model``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gpuformer_lib.attention import MultiHeadAttention
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
+    """(max_len, d_model): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)."""
+    if d_model % 2:
+        raise ValueError(f"sinusoidal encodings need an even d_model, got {d_model}")
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    angles = position * inv_freq  # (max_len, 1) x (d_model/2,) -> (max_len, d_model/2)
+    pe = torch.empty(max_len, d_model)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return pe
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information to (B, T, C) embeddings: fixed sinusoids or a learned table."""
+
+    def __init__(self, d_model: int, max_len: int, kind: str = "sinusoidal"):
+        super().__init__()
+        self.max_len, self.kind = max_len, kind
+        if kind == "sinusoidal":
+            self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        elif kind == "learned":
+            self.pe = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        else:
+            raise ValueError(f"kind must be 'sinusoidal' or 'learned', not {kind!r}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        T = x.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"sequence of {T} tokens is longer than max_len={self.max_len}; "
+                             "raise max_len in the config or truncate the input")
+        return x + self.pe[:T].to(x.dtype)  # (B, T, C) + (T, C)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each wrapped in a residual connection and LayerNorm.
+
+    With ``causal=True`` it is also the block of a decoder-only language model (GPT).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = True,
+                 activation: str = "relu", causal: bool = False):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, not {activation!r}")
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout, self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+        self.activation, self.norm_first, self.causal = _ACTIVATIONS[activation], norm_first, causal
+
+    def _sa_block(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        y, _ = self.self_attn(x, x, x, key_padding_mask=padding_mask, is_causal=self.causal)
+        return self.dropout1(y)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))  # C -> d_ff -> C
+
+    def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        """x (B, T, C); padding_mask (B, T), True at padding. Returns (B, T, C)."""
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), padding_mask)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, padding_mask))
+        return self.norm2(x + self._ff_block(x))
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention over the encoder's output, then feed-forward."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = True,
+                 activation: str = "relu"):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, not {activation!r}")
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.multihead_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+        self.activation, self.norm_first = _ACTIVATIONS[activation], norm_first
+
+    def _sa_block(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        y, _ = self.self_attn(x, x, x, key_padding_mask=padding_mask, is_causal=True)
+        return self.dropout1(y)
+
+    def _ca_block(self, x: Tensor, memory: Tensor, memory_padding_mask: Tensor | None) -> Tensor:
+        y, _ = self.multihead_attn(x, memory, memory, key_padding_mask=memory_padding_mask)
+        return self.dropout2(y)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(self, x: Tensor, memory: Tensor, padding_mask: Tensor | None = None,
+                memory_padding_mask: Tensor | None = None) -> Tensor:
+        """x (B, T, C) targets; memory (B, S, C) encoder output; masks True at padding."""
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), padding_mask)
+            x = x + self._ca_block(self.norm2(x), memory, memory_padding_mask)
+            return x + self._ff_block(self.norm3(x))
+        x = self.norm1(x + self._sa_block(x, padding_mask))
+        x = self.norm2(x + self._ca_block(x, memory, memory_padding_mask))
+        return self.norm3(x + self._ff_block(x))
+
+
+class LayerStack(nn.Module):
+    """Layers applied in turn, then a final LayerNorm (named like ``nn.TransformerEncoder``'s)."""
+
+    def __init__(self, layers: list[nn.Module], d_model: int):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
+        for layer in self.layers:
+            x = layer(x, *args, **kwargs)
+        return self.norm(x)

@@ -1,0 +1,191 @@
+"""The whole model: an encoder-decoder Transformer and a decoder-only language model, from one config.
+
+Implements Vaswani et al. (2017) §3 (the encoder-decoder, embeddings scaled by sqrt(d_model),
+shared embedding and output weights, §3.4) and the decoder-only variant of GPT (Radford et al.
+2018/2019): causal self-attention blocks, no cross-attention.
+
+``Transformer.encoder`` and ``.decoder`` are named like ``nn.Transformer``'s, so its encoder and
+decoder load with ``load_state_dict``. Inputs are checked where mistakes are likely (ranks, token
+ids, lengths, mask shapes) and fail with a message that says what is wrong.
+
+Leaves out: training, mixed precision and parallelism, which wrap the model from outside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import Tensor, nn
+
+from gpuformer_lib.layers import DecoderLayer, EncoderLayer, LayerStack, PositionalEncoding
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and choices of a Transformer. Change one with ``dataclasses.replace(config, ...)``."""
+
+    vocab_size: int
+    """Target vocabulary (the decoder's input and output); the only vocabulary of a DecoderLM."""
+    src_vocab_size: int | None = None
+    """Source vocabulary of the encoder; None means the same as ``vocab_size``."""
+    d_model: int = 512
+    """Model width C: the size of every token's vector between layers."""
+    n_heads: int = 8
+    """Attention heads H; d_model must be divisible by it (head size hs = d_model // n_heads)."""
+    n_encoder_layers: int = 6
+    """Encoder layers (unused by DecoderLM)."""
+    n_decoder_layers: int = 6
+    """Decoder layers (the blocks of a DecoderLM)."""
+    d_ff: int = 2048
+    """Hidden width of the feed-forward block, usually 4 * d_model."""
+    dropout: float = 0.1
+    """Dropout on attention weights, sublayer outputs and embeddings."""
+    max_len: int = 512
+    """Longest sequence the positional encoding covers."""
+    norm_first: bool = True
+    """True: pre-LN (x + f(LN(x))), stable to train; False: post-LN (LN(x + f(x))), the original paper."""
+    activation: str = "relu"
+    """Feed-forward non-linearity: 'relu' (the paper) or 'gelu' (GPT)."""
+    positional: str = "sinusoidal"
+    """'sinusoidal' (fixed, the paper) or 'learned' (a trained table, GPT)."""
+    tie_embeddings: bool = True
+    """Share the target embedding with the output projection (§3.4), saving vocab_size * d_model weights."""
+    share_src_tgt_embeddings: bool = False
+    """Use one embedding for source and target (needs one shared vocabulary)."""
+
+    def __post_init__(self):
+        positive = ("vocab_size", "d_model", "n_heads", "d_ff", "max_len")
+        for name in positive:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.src_vocab_size is not None and self.src_vocab_size < 1:
+            raise ValueError(f"src_vocab_size must be a positive int or None, got {self.src_vocab_size!r}")
+        if self.n_encoder_layers < 0 or self.n_decoder_layers < 1:
+            raise ValueError(f"need n_encoder_layers >= 0 and n_decoder_layers >= 1, got "
+                             f"{self.n_encoder_layers} and {self.n_decoder_layers}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                             f"try n_heads={math.gcd(self.d_model, self.n_heads)} or a d_model that is a multiple of {self.n_heads}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positional encodings need an even d_model, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', not {self.activation!r}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', not {self.positional!r}")
+        if self.share_src_tgt_embeddings and self.source_vocab_size != self.vocab_size:
+            raise ValueError(f"share_src_tgt_embeddings needs one vocabulary, but src_vocab_size="
+                             f"{self.src_vocab_size} and vocab_size={self.vocab_size}")
+
+    @property
+    def source_vocab_size(self) -> int:
+        return self.vocab_size if self.src_vocab_size is None else self.src_vocab_size
+
+    @property
+    def head_size(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def paper_base_config(vocab_size: int = 37000) -> TransformerConfig:
+    """The paper's base model (Table 3): 6 + 6 post-LN layers, C = 512, 8 heads, d_ff = 2048, one
+    shared 37,000-token vocabulary."""
+    return TransformerConfig(vocab_size=vocab_size, norm_first=False, share_src_tgt_embeddings=True)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+class TokenEmbedding(nn.Embedding):
+    """Token ids (B, T) -> vectors (B, T, C) scaled by sqrt(C), with the ids checked first."""
+
+    def forward(self, ids: Tensor) -> Tensor:
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"token ids must be integers (torch.long), got {ids.dtype}")
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+            raise ValueError(f"token ids must lie in [0, {self.num_embeddings}), got values from "
+                             f"{int(ids.min())} to {int(ids.max())}: check the vocabulary size in the config")
+        return super().forward(ids) * math.sqrt(self.embedding_dim)
+
+
+def _check_padding_mask(mask: Tensor | None, ids: Tensor, name: str) -> Tensor | None:
+    if mask is None:
+        return None
+    if mask.shape != ids.shape:
+        raise ValueError(f"{name} must have the shape of its token ids {tuple(ids.shape)}, got {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor, True at padding positions; got {mask.dtype}")
+    return mask
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer: ``forward(src, tgt)`` -> logits (B, T_tgt, vocab_size).
+
+    Padding masks are (B, T) bool tensors, True at padding positions.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = self.config = config
+        self.tgt_embed = TokenEmbedding(c.vocab_size, c.d_model)
+        self.src_embed = self.tgt_embed if c.share_src_tgt_embeddings else TokenEmbedding(c.source_vocab_size, c.d_model)
+        self.src_pos = PositionalEncoding(c.d_model, c.max_len, c.positional)
+        self.tgt_pos = self.src_pos if c.positional == "sinusoidal" else PositionalEncoding(c.d_model, c.max_len, c.positional)
+        self.dropout = nn.Dropout(c.dropout)
+        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
+        self.encoder = LayerStack([EncoderLayer(*layer_args) for _ in range(c.n_encoder_layers)], c.d_model)
+        self.decoder = LayerStack([DecoderLayer(*layer_args) for _ in range(c.n_decoder_layers)], c.d_model)
+        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.generator.weight = self.tgt_embed.weight
+
+    def encode(self, src: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
+        """Source ids (B, S) -> memory (B, S, C)."""
+        src_padding_mask = _check_padding_mask(src_padding_mask, src, "src_padding_mask")
+        x = self.dropout(self.src_pos(self.src_embed(src)))
+        return self.encoder(x, padding_mask=src_padding_mask)
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_padding_mask: Tensor | None = None,
+               tgt_padding_mask: Tensor | None = None) -> Tensor:
+        """Target ids (B, T) and memory (B, S, C) -> logits (B, T, vocab_size); position t sees targets <= t."""
+        tgt_padding_mask = _check_padding_mask(tgt_padding_mask, tgt, "tgt_padding_mask")
+        if memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
+            raise ValueError(f"memory must have shape (B, S, C) with B = {tgt.shape[0]}, got {tuple(memory.shape)}")
+        x = self.dropout(self.tgt_pos(self.tgt_embed(tgt)))
+        x = self.decoder(x, memory, padding_mask=tgt_padding_mask, memory_padding_mask=src_padding_mask)
+        return self.generator(x)  # (B, T, C) -> (B, T, vocab_size)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_padding_mask: Tensor | None = None,
+                tgt_padding_mask: Tensor | None = None) -> Tensor:
+        if src.dim() != 2 or tgt.dim() != 2 or src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"src and tgt must be (B, S) and (B, T) token ids with one B, got "
+                             f"{tuple(src.shape)} and {tuple(tgt.shape)}")
+        memory = self.encode(src, src_padding_mask)
+        return self.decode(tgt, memory, src_padding_mask, tgt_padding_mask)
+
+
+class DecoderLM(nn.Module):
+    """Decoder-only (GPT-style) language model: ids (B, T) -> next-token logits (B, T, vocab_size)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        c = self.config = config
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model)
+        self.pos = PositionalEncoding(c.d_model, c.max_len, c.positional)
+        self.dropout = nn.Dropout(c.dropout)
+        self.blocks = LayerStack([EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
+                                               causal=True) for _ in range(c.n_decoder_layers)], c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def forward(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
+        padding_mask = _check_padding_mask(padding_mask, ids, "padding_mask") if ids.dim() == 2 else padding_mask
+        x = self.dropout(self.pos(self.embed(ids)))
+        return self.lm_head(self.blocks(x, padding_mask=padding_mask))  # (B, T, C) -> (B, T, vocab_size)

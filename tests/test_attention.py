@@ -1,0 +1,194 @@
+"""Attention against PyTorch: forward and gradients, fp32 tight, fp16/bf16 under autocast, masks."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpuformer_lib.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+
+# (rtol, atol) per dtype under autocast: the course's tolerances for comparing against PyTorch
+TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (5e-3, 5e-3)}
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(1234)
+
+
+def qkv(*lead, tq=7, tk=11, hs=5, requires_grad=False):
+    return tuple(torch.randn(*lead, t, hs, requires_grad=requires_grad) for t in (tq, tk, tk))
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "float", "causal"])
+def test_sdpa_equals_pytorch_forward_and_backward(mask_kind):
+    q, k, v = qkv(2, 3, tq=7, tk=7, requires_grad=True)
+    kwargs = {}
+    if mask_kind == "bool":
+        kwargs["attn_mask"] = torch.rand(7, 7) > 0.3
+        kwargs["attn_mask"][:, 0] = True  # no fully masked rows here (tested below)
+    elif mask_kind == "float":
+        kwargs["attn_mask"] = torch.randn(2, 1, 7, 7)
+    elif mask_kind == "causal":
+        kwargs["is_causal"] = True
+    out, weights = scaled_dot_product_attention(q, k, v, **kwargs)
+    ref = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 7))
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_sdpa_matches_a_float64_reference_and_passes_gradcheck():
+    q, k, v = (t.double().requires_grad_() for t in qkv(2, tq=3, tk=4, hs=3))
+    mask = torch.tensor([[True, True, False, True]] * 3)
+    assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=mask)[0],
+                                    (q, k, v))
+
+
+def test_masked_keys_get_zero_weight_and_full_masking_gives_zeros_not_nan():
+    q, k, v = qkv(1, 2)
+    mask = torch.rand(7, 11) > 0.5
+    mask[3] = False  # query 3 sees nothing
+    out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.all(weights[..., ~mask] == 0)
+    assert not out.isnan().any() and not weights.isnan().any()
+    assert torch.all(out[..., 3, :] == 0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    float_mask = torch.zeros(7, 11).masked_fill(~mask, float("-inf"))
+    out_f, _ = scaled_dot_product_attention(q, k, v, attn_mask=float_mask)
+    torch.testing.assert_close(out_f, out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_masks_are_safe_in_half_precision(dtype):
+    q, k, v = (t.to(dtype) for t in qkv(2, 2))
+    mask = torch.rand(7, 11) > 0.5
+    mask[0] = False
+    out, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert out.dtype == dtype and torch.isfinite(out).all() and torch.isfinite(weights).all()
+    assert torch.all(weights[..., ~mask] == 0)
+
+
+def test_causal_mask_blocks_information_from_later_positions():
+    q, k, v = qkv(1, tq=6, tk=6)
+    out, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 4:, :] += 10 * torch.randn_like(k2[..., 4:, :])  # change the future
+    v2[..., 4:, :] += 10 * torch.randn_like(v2[..., 4:, :])
+    out2, _ = scaled_dot_product_attention(q, k2, v2, is_causal=True)
+    torch.testing.assert_close(out[..., :4, :], out2[..., :4, :])
+    assert not torch.allclose(out[..., 4:, :], out2[..., 4:, :])
+    assert torch.equal(causal_mask(3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda q, k, v: scaled_dot_product_attention(q[0, 0, 0], k, v), "shape"),
+    (lambda q, k, v: scaled_dot_product_attention(q[..., :3], k, v), "same head size"),
+    (lambda q, k, v: scaled_dot_product_attention(q, k, v[..., :4, :]), "same number of keys"),
+    (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(3, 3, dtype=torch.bool)),
+     "does not broadcast"),
+    (lambda q, k, v: scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(7, 11, dtype=torch.bool),
+                                                  is_causal=True), "not both"),
+])
+def test_sdpa_input_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(*qkv(2, 2))
+
+
+def make_pair(d_model=24, n_heads=4, bias=True):
+    ref = nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True)
+    ours = MultiHeadAttention(d_model, n_heads, bias=bias)
+    ours.load_state_dict(ref.state_dict())
+    return ours, ref
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("case", ["self", "cross", "padding", "causal", "causal+padding", "bool mask", "no bias"])
+def test_mha_equals_nn_multiheadattention(use_sdpa, case):
+    ours, ref = make_pair(bias=case != "no bias")
+    ours.use_sdpa = use_sdpa
+    B, T, S = 3, 7, 5
+    x = torch.randn(B, T, 24, requires_grad=True)
+    mem = torch.randn(B, S, 24, requires_grad=True)
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[0, -3:] = pad[2, -1:] = True
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if case == "cross":
+        args, ours_kw, ref_kw = (x, mem, mem), {}, {}
+    elif case == "padding":
+        args, ours_kw, ref_kw = (x, x, x), dict(key_padding_mask=pad), dict(key_padding_mask=pad)
+    elif case == "causal":
+        args, ours_kw, ref_kw = (x, x, x), dict(is_causal=True), dict(attn_mask=~causal)
+    elif case == "causal+padding":
+        args = (x, x, x)
+        ours_kw, ref_kw = dict(is_causal=True, key_padding_mask=pad), dict(attn_mask=~causal, key_padding_mask=pad)
+    elif case == "bool mask":
+        m = torch.rand(T, T) > 0.4
+        m[:, 0] = True
+        args, ours_kw, ref_kw = (x, x, x), dict(attn_mask=m), dict(attn_mask=~m)  # torch's MHA: True = blocked
+    else:
+        args, ours_kw, ref_kw = (x, x, x), {}, {}
+    out, _ = ours(*args, **ours_kw)
+    ref_out, _ = ref(*args, **ref_kw, need_weights=False)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    g = torch.autograd.grad(out.sum(), [x, ours.in_proj_weight])
+    rg = torch.autograd.grad(ref_out.sum(), [x, ref.in_proj_weight])
+    for a, b in zip(g, rg):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_mha_weights_match_pytorch_per_head():
+    ours, ref = make_pair()
+    x = torch.randn(2, 6, 24)
+    _, weights = ours(x, x, x, need_weights=True)
+    _, ref_weights = ref(x, x, x, need_weights=True, average_attn_weights=False)
+    assert weights.shape == (2, 4, 6, 6)
+    torch.testing.assert_close(weights, ref_weights)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mha_under_autocast(dtype):
+    ours, ref = make_pair(d_model=32)
+    x = torch.randn(2, 9, 32)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, -4:] = True
+    rtol, atol = TOLERANCE[dtype]
+    for use_sdpa in (True, False):
+        ours.use_sdpa = use_sdpa
+        with torch.autocast("cpu", dtype=dtype):
+            out, _ = ours(x, x, x, key_padding_mask=pad)
+            ref_out, _ = ref(x, x, x, key_padding_mask=pad, need_weights=False)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.float(), ref_out.float(), rtol=rtol, atol=atol)
+
+
+def test_mha_explicit_and_fused_paths_agree_with_dropout_off_in_eval():
+    ours, _ = make_pair()
+    ours.dropout = 0.5
+    ours.eval()
+    x = torch.randn(2, 5, 24)
+    fused, _ = ours(x, x, x, is_causal=True)
+    ours.use_sdpa = False
+    explicit, _ = ours(x, x, x, is_causal=True)
+    torch.testing.assert_close(fused, explicit)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m, x: m(x[0], x[0], x[0]), r"shape \(B, T, 24\)"),
+    (lambda m, x: m(x[..., :16], x, x), r"shape \(B, T, 24\)"),
+    (lambda m, x: m(x, x[:1], x[:1]), "must share B"),
+    (lambda m, x: m(x, x, x, key_padding_mask=torch.zeros(2, 3, dtype=torch.bool)), "key_padding_mask"),
+    (lambda m, x: m(x, x, x, attn_mask=torch.ones(4, 4, dtype=torch.bool)), "does not broadcast"),
+])
+def test_mha_input_errors(call, message):
+    ours, _ = make_pair()
+    with pytest.raises(ValueError, match=message):
+        call(ours, torch.randn(2, 6, 24))
+
+
+def test_mha_config_errors():
+    with pytest.raises(ValueError, match="d_model=250 is not divisible by n_heads=8"):
+        MultiHeadAttention(250, 8)
