@@ -145,3 +145,105 @@ def test_speedup(capsys, answer, hint):
 
 def test_weights_memory_accepts_tensor_results(capsys):
     assert ex.check_weights_memory(lambda n, dtype: torch.tensor(n * dtype.itemsize / 2**30, dtype=torch.float64))
+
+
+# ---- attention, multi-head attention and layers (chapters 3-5)
+
+def run(capsys, check, answer, hint):
+    result = check(answer)
+    assert bool(result) == (hint is None), result.message
+    if hint:
+        assert hint in hint_of(capsys, result)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda T: torch.ones(T, T, dtype=torch.bool).tril(), None),
+    (lambda T: torch.ones(T, T, dtype=torch.bool).triu(), "upper triangle"),
+    (lambda T: ~torch.ones(T, T, dtype=torch.bool).tril(), "Inverted"),
+    (lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1), "diagonal is missing"),
+    (lambda T: torch.ones(T, T).tril(), "bool tensor"),
+])
+def test_causal_mask(capsys, answer, hint):
+    run(capsys, ex.check_causal_mask, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda lengths, T: torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None], None),
+    (lambda lengths, T: torch.arange(T)[None, :] < torch.tensor(lengths)[:, None], "Inverted"),
+    (lambda lengths, T: torch.arange(T)[None, :] > torch.tensor(lengths)[:, None], "Off by one"),
+])
+def test_padding_mask(capsys, answer, hint):
+    run(capsys, ex.check_padding_mask, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda q, k, v: ((q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5).softmax(-1) @ v, None),
+    (lambda q, k, v: (q @ k.transpose(-2, -1)).softmax(-1) @ v, "forgot to scale"),
+    (lambda q, k, v: ((q @ k.transpose(-2, -1)) / q.shape[-1]).softmax(-1) @ v, "not d_k"),
+    (lambda q, k, v: ((q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5).softmax(-2) @ v, "last dimension"),
+])
+def test_attention(capsys, answer, hint):
+    run(capsys, ex.check_attention, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda x, h: x.view(x.shape[0], x.shape[1], h, -1).transpose(1, 2), None),
+    (lambda x, h: x.view(x.shape[0], x.shape[1], h, -1), "transpose(1, 2)"),
+    (lambda x, h: x.view(x.shape[0], h, x.shape[1], -1), "wrong elements"),
+])
+def test_split_heads(capsys, answer, hint):
+    run(capsys, ex.check_split_heads, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda y: y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1), None),
+    (lambda y: y.reshape(y.shape[0], y.shape[2], -1), "wrong elements"),
+])
+def test_merge_heads(capsys, answer, hint):
+    run(capsys, ex.check_merge_heads, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda C, bias: 4 * C * C + (4 * C if bias else 0), None),
+    (lambda C, bias: 3 * C * C + (3 * C if bias else 0), "output projection"),
+    (lambda C, bias: 4 * C * C, "bias"),
+])
+def test_mha_parameters(capsys, answer, hint):
+    run(capsys, ex.check_mha_parameters, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda C, f: 4 * C * C + 4 * C + 2 * C * f + f + C + 4 * C, None),
+    (lambda C, f: 4 * C * C + 4 * C + 2 * C * f + f + C, "two LayerNorms"),
+    (lambda C, f: 4 * C * C + 2 * C * f + 4 * C, "biases"),
+])
+def test_encoder_layer_parameters(capsys, answer, hint):
+    run(capsys, ex.check_encoder_layer_parameters, answer, hint)
+
+
+def test_encoder_layer_parameter_check_agrees_with_the_library():
+    from gpuformer_lib.layers import EncoderLayer
+    from gpuformer_lib.model import count_parameters
+    assert count_parameters(EncoderLayer(64, 4, 100)) == 4 * 64 * 64 + 4 * 64 + 2 * 64 * 100 + 100 + 64 + 4 * 64
+
+
+def test_sinusoidal_encoding(capsys):
+    from gpuformer_lib.layers import sinusoidal_encoding
+
+    def swapped(n, d):
+        pe = sinusoidal_encoding(n, d)
+        return torch.stack([pe[:, 1::2], pe[:, 0::2]], dim=-1).flatten(1)
+
+    run(capsys, ex.check_sinusoidal_encoding, sinusoidal_encoding, None)
+    capsys.readouterr()
+    run(capsys, ex.check_sinusoidal_encoding, swapped, "swapped")
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda x, f, n, first: x + f(n(x)) if first else n(x + f(x)), None),
+    (lambda x, f, n, first: n(x + f(x)) if first else x + f(n(x)), "swapped"),
+    (lambda x, f, n, first: f(n(x)) if first else n(x + f(x)), "keeps the residual"),
+    (lambda x, f, n, first: x + f(n(x)) if first else x + n(f(x)), "normalises the sum"),
+])
+def test_residual_block(capsys, answer, hint):
+    run(capsys, ex.check_residual_block, answer, hint)

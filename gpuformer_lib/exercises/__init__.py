@@ -1,0 +1,25 @@
+"""Checks for the exercises at the end of each chapter.
+
+Each ``check_*`` takes the learner's answer (usually a function), tries it on several cases and
+prints either a pass or one specific hint about what is wrong, then returns a :class:`CheckResult`
+that is truthy on a pass (so ``assert check_...(answer)`` works in solutions and tests). Checks
+print rather than raise, so "Run all" in a notebook keeps going past an unfinished exercise.
+
+Checks are grouped by topic, not by chapter; each docstring says what the exercise asks.
+"""
+
+from gpuformer_lib.exercises._core import CheckResult
+from gpuformer_lib.exercises.hardware import (BOUND_OPERATIONS, check_attainable_flops, check_bound,
+                                              check_fits_training, check_matmul_flops, check_matmul_intensity,
+                                              check_speedup, check_supports_bf16, check_weights_memory)
+from gpuformer_lib.exercises.transformer import (check_attention, check_causal_mask, check_encoder_layer_parameters,
+                                                 check_merge_heads, check_mha_parameters, check_padding_mask,
+                                                 check_residual_block, check_sinusoidal_encoding, check_split_heads)
+
+__all__ = [
+    "CheckResult", "BOUND_OPERATIONS", "check_attainable_flops", "check_bound", "check_fits_training",
+    "check_matmul_flops", "check_matmul_intensity", "check_speedup", "check_supports_bf16", "check_weights_memory",
+    "check_attention", "check_causal_mask", "check_encoder_layer_parameters", "check_merge_heads",
+    "check_mha_parameters", "check_padding_mask", "check_residual_block", "check_sinusoidal_encoding",
+    "check_split_heads",
+]

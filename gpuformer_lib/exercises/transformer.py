@@ -1,0 +1,245 @@
+"""Checks for the exercises on attention, multi-head attention and the Transformer's layers (chapters 3-5)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gpuformer_lib.exercises._core import CheckResult, _report, _try
+from gpuformer_lib.layers import sinusoidal_encoding
+
+
+def _as_tensor(got: Any, what: str) -> tuple[Tensor | None, str | None]:
+    if isinstance(got, tuple) and got and isinstance(got[0], Tensor):
+        got = got[0]
+    if not isinstance(got, Tensor):
+        return None, f"Return a tensor ({what}), not {type(got).__name__}."
+    return got, None
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- masks
+
+
+def check_causal_mask(fn: Callable[[int], Tensor]) -> CheckResult:
+    """``fn(T)`` returns a (T, T) bool mask, True where query i may attend to key j."""
+    for T in (4, 7, 1):  # the larger sizes tell the typical mistakes apart
+        got, err = _try(fn, T)
+        got, err2 = (None, err) if err else _as_tensor(got, "a (T, T) bool mask")
+        if err or err2:
+            return _report(False, err or err2)
+        want = torch.ones(T, T, dtype=torch.bool).tril()
+        if got.shape != (T, T):
+            return _report(False, f"For T={T} the mask must have shape ({T}, {T}), got {tuple(got.shape)}.")
+        if got.dtype != torch.bool:
+            return _report(False, "Return a bool tensor (True = may attend), e.g. torch.ones(T, T, dtype=torch.bool).")
+        if T > 1 and torch.equal(got, want.T):
+            return _report(False, "That is the upper triangle: query i may see keys j <= i, the lower one (tril).")
+        if T > 1 and torch.equal(got, ~want):
+            return _report(False, "Inverted: True must mean 'may attend', as in F.scaled_dot_product_attention.")
+        if torch.equal(got, want.tril(-1)):
+            return _report(False, "The diagonal is missing: a token may attend to itself.")
+        if not torch.equal(got, want):
+            return _report(False, f"For T={T} expected\n{want.int()}\ngot\n{got.int()}")
+    return _report(True, "torch.ones(T, T, dtype=torch.bool).tril(): each token sees itself and the past.")
+
+
+def check_padding_mask(fn: Callable[[list[int], int], Tensor]) -> CheckResult:
+    """``fn(lengths, T)`` returns a (B, T) bool mask, True at padding positions (position >= length)."""
+    for lengths, T in (([3, 1, 4], 4), ([2], 5), ([5, 5], 5)):
+        got, err = _try(fn, lengths, T)
+        got, err2 = (None, err) if err else _as_tensor(got, "a (B, T) bool mask")
+        if err or err2:
+            return _report(False, err or err2)
+        want = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
+        if got.shape != want.shape:
+            return _report(False, f"For lengths {lengths} and T={T} the shape must be {tuple(want.shape)}, "
+                                  f"got {tuple(got.shape)}.")
+        if torch.equal(got.bool(), want):
+            if got.dtype != torch.bool:
+                return _report(False, "The values are right; return them as a bool tensor.")
+            continue
+        if torch.equal(got.bool(), ~want):
+            return _report(False, "Inverted: True must mark padding, the positions at or after each length.")
+        if torch.equal(got.bool(), torch.arange(T)[None, :] > torch.tensor(lengths)[:, None]):
+            return _report(False, "Off by one: with length 3, positions 0, 1, 2 are real and 3 is the first pad.")
+        return _report(False, f"For lengths {lengths}, T={T} expected\n{want.int()}\ngot\n{got.int()}")
+    return _report(True, "torch.arange(T)[None, :] >= lengths[:, None] marks every padding position.")
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def check_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> CheckResult:
+    """``fn(q, k, v)`` returns softmax(q k^T / sqrt(d_k)) v for inputs (..., T, hs)."""
+    gen = torch.Generator().manual_seed(0)
+    for lead, tq, tk, hs in (((2,), 5, 5, 8), ((2, 3), 4, 6, 16), ((1,), 3, 7, 64)):
+        q, k, v = (torch.randn(*lead, t, hs, generator=gen) for t in (tq, tk, tk))
+        got, err = _try(fn, q, k, v)
+        got, err2 = (None, err) if err else _as_tensor(got, "the attention output")
+        if err or err2:
+            return _report(False, err or err2)
+        want = F.scaled_dot_product_attention(q, k, v)
+        if _same(got, want):
+            continue
+        scores = q @ k.transpose(-2, -1)
+        if got.shape != want.shape:
+            return _report(False, f"Output shape should be {tuple(want.shape)} (..., T_query, hs), got {tuple(got.shape)}.")
+        if _same(got, scores.softmax(-1) @ v):
+            return _report(False, "You forgot to scale the scores by 1 / sqrt(d_k), d_k = q.size(-1).")
+        if _same(got, (scores / hs).softmax(-1) @ v):
+            return _report(False, "Divide by sqrt(d_k), not d_k: the scores' variance is d_k, their spread sqrt(d_k).")
+        if _same(got, (scores / math.sqrt(hs)).softmax(-2) @ v):
+            return _report(False, "Softmax over the keys, the last dimension (dim=-1): each query's weights sum to 1.")
+        return _report(False, f"For q {tuple(q.shape)}, k and v {tuple(k.shape)} your output differs from "
+                              "F.scaled_dot_product_attention. Check the transpose of k and the order of the products.")
+    return _report(True, "Your attention equals F.scaled_dot_product_attention.")
+
+
+def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
+    """``fn(x, n_heads)`` turns (B, T, C) into (B, H, T, hs) with hs = C // H."""
+    for B, T, C, H in ((2, 5, 12, 3), (1, 7, 16, 4)):
+        x = torch.randn(B, T, C)
+        got, err = _try(fn, x, H)
+        got, err2 = (None, err) if err else _as_tensor(got, "(B, H, T, hs)")
+        if err or err2:
+            return _report(False, err or err2)
+        want = x.view(B, T, H, C // H).transpose(1, 2)
+        if torch.equal(got, want):
+            continue
+        if got.shape == (B, T, H, C // H):
+            return _report(False, "Shape (B, T, H, hs): now transpose(1, 2) so heads come before tokens.")
+        if got.shape == want.shape and torch.equal(got, x.view(B, H, T, C // H)):
+            return _report(False, "Right shape, wrong elements: view(B, H, T, hs) mixes tokens into heads. "
+                                  "View as (B, T, H, hs) first, then transpose(1, 2).")
+        return _report(False, f"For x {tuple(x.shape)} and {H} heads expected shape {tuple(want.shape)}, "
+                              f"got {tuple(got.shape)} with other values.")
+    return _report(True, "x.view(B, T, H, hs).transpose(1, 2): each head gets its own slice of every token.")
+
+
+def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> CheckResult:
+    """``fn(y)`` turns (B, H, T, hs) back into (B, T, C): the inverse of splitting heads."""
+    for B, H, T, hs in ((2, 3, 5, 4), (1, 4, 6, 2)):
+        y = torch.randn(B, H, T, hs)
+        got, err = _try(fn, y)
+        got, err2 = (None, err) if err else _as_tensor(got, "(B, T, C)")
+        if err or err2:
+            return _report(False, err or err2)
+        want = y.transpose(1, 2).reshape(B, T, H * hs)
+        if torch.equal(got, want):
+            continue
+        if got.shape == want.shape and torch.equal(got, y.reshape(B, T, H * hs)):
+            return _report(False, "Right shape, wrong elements: transpose(1, 2) back to (B, T, H, hs) before "
+                                  "reshaping, or tokens and heads get mixed.")
+        return _report(False, f"For y {tuple(y.shape)} expected {tuple(want.shape)}, got {tuple(got.shape)}.")
+    return _report(True, "y.transpose(1, 2).reshape(B, T, C) (reshape, because the transpose is not contiguous).")
+
+
+# --------------------------------------------------------------------------- counting parameters
+
+
+def check_mha_parameters(fn: Callable[[int, bool], int]) -> CheckResult:
+    """``fn(d_model, bias)``: parameters of multi-head attention (W_q, W_k, W_v, W_o and biases)."""
+    for C, bias in ((512, True), (768, False), (64, True)):
+        got, err = _try(fn, C, bias)
+        if err:
+            return _report(False, err)
+        want = 4 * C * C + (4 * C if bias else 0)
+        if got == want:
+            continue
+        if got == 3 * C * C + (3 * C if bias else 0):
+            return _report(False, "You counted W_q, W_k and W_v; the output projection W_o is a C x C matrix too.")
+        if bias and got == 4 * C * C:
+            return _report(False, "Each of the four projections also has a bias of C numbers.")
+        return _report(False, f"For d_model={C}, bias={bias} expected {want:,}, got {got!r}. The number of heads "
+                              "does not matter: the heads split C, they do not add weights.")
+    return _report(True, "4 C^2 + 4 C, whatever the number of heads; check with count_parameters(MultiHeadAttention(C, H)).")
+
+
+def check_encoder_layer_parameters(fn: Callable[[int, int], int]) -> CheckResult:
+    """``fn(d_model, d_ff)``: parameters of one encoder layer (attention, feed-forward, two LayerNorms)."""
+    for C, d_ff in ((512, 2048), (64, 100)):
+        got, err = _try(fn, C, d_ff)
+        if err:
+            return _report(False, err)
+        attention = 4 * C * C + 4 * C
+        ff = 2 * C * d_ff + d_ff + C
+        want = attention + ff + 4 * C
+        if got == want:
+            continue
+        if got == attention + ff:
+            return _report(False, "Add the two LayerNorms: each has a weight and a bias of C numbers.")
+        if got == attention + ff + 2 * C:
+            return _report(False, "There are two LayerNorms, each with a weight and a bias.")
+        if got == 4 * C * C + 2 * C * d_ff + 4 * C:
+            return _report(False, "You left out the biases of the attention projections and the feed-forward layers.")
+        if got == attention + 2 * C * d_ff + 4 * C:
+            return _report(False, "The feed-forward block's two Linear layers have biases: d_ff and C numbers.")
+        return _report(False, f"For d_model={C}, d_ff={d_ff} expected {want:,}, got {got!r}: attention "
+                              f"({attention:,}) + feed-forward + two LayerNorms.")
+    return _report(True, "4C^2 + 4C (attention) + 2 C d_ff + d_ff + C (feed-forward) + 4C (two LayerNorms).")
+
+
+# --------------------------------------------------------------------------- layers
+
+
+def check_sinusoidal_encoding(fn: Callable[[int, int], Tensor]) -> CheckResult:
+    """``fn(max_len, d_model)`` returns the (max_len, d_model) sinusoidal positional encoding."""
+    for max_len, d in ((10, 8), (50, 32)):
+        got, err = _try(fn, max_len, d)
+        got, err2 = (None, err) if err else _as_tensor(got, "(max_len, d_model)")
+        if err or err2:
+            return _report(False, err or err2)
+        want = sinusoidal_encoding(max_len, d)
+        if got.shape != want.shape:
+            return _report(False, f"Shape should be ({max_len}, {d}), got {tuple(got.shape)}.")
+        if _same(got, want):
+            continue
+        swapped = torch.empty_like(want)
+        swapped[:, 0::2], swapped[:, 1::2] = want[:, 1::2], want[:, 0::2]
+        if _same(got, swapped):
+            return _report(False, "sin and cos are swapped: even columns (2i) take sin, odd columns (2i+1) cos.")
+        pos = torch.arange(max_len)[:, None].float()
+        angles = pos / 10000 ** (torch.arange(d // 2).float() / d)
+        alt = torch.empty_like(want)
+        alt[:, 0::2], alt[:, 1::2] = torch.sin(angles), torch.cos(angles)
+        if _same(got, alt):
+            return _report(False, "The exponent is 2i / d_model, where i counts column pairs: use 2i, not i.")
+        return _report(False, f"Column 0 should be sin(pos), column 1 cos(pos); compare with the formula for "
+                              f"max_len={max_len}, d_model={d}.")
+    return _report(True, "Your encoding equals gpuformer_lib.layers.sinusoidal_encoding.")
+
+
+def check_residual_block(fn: Callable[[Tensor, nn.Module, nn.Module, bool], Tensor]) -> CheckResult:
+    """``fn(x, sublayer, norm, norm_first)``: a residual connection with LayerNorm, pre-LN or post-LN."""
+    torch.manual_seed(0)
+    sublayer, norm = nn.Linear(8, 8), nn.LayerNorm(8)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        pre, post = x + sublayer(norm(x)), norm(x + sublayer(x))
+        for norm_first, want, other in ((True, pre, post), (False, post, pre)):
+            got, err = _try(fn, x, sublayer, norm, norm_first)
+            got, err2 = (None, err) if err else _as_tensor(got, "the block's output")
+            if err or err2:
+                return _report(False, err or err2)
+            if _same(got, want):
+                continue
+            if _same(got, other):
+                return _report(False, "Pre-LN and post-LN are swapped: norm_first=True means x + sublayer(norm(x)).")
+            if norm_first and _same(got, sublayer(norm(x))):
+                return _report(False, "Pre-LN keeps the residual: add x back, x + sublayer(norm(x)).")
+            if not norm_first and _same(got, x + norm(sublayer(x))):
+                return _report(False, "Post-LN normalises the sum: norm(x + sublayer(x)), not x + norm(sublayer(x)).")
+            return _report(False, f"norm_first={norm_first}: expected "
+                                  f"{'x + sublayer(norm(x))' if norm_first else 'norm(x + sublayer(x))'}.")
+    return _report(True, "Pre-LN: x + f(LN(x)) keeps an un-normalised path from input to output; post-LN: LN(x + f(x)).")
