@@ -1,14 +1,17 @@
 """Plots the chapters share, and the bridge from a notebook's numbers to the book's prose.
 
-Covers: the roofline plot (measured ceilings, datasheet ceilings, operations placed on it) and
-:func:`glue`, which hands a measured value to the book's prose through myst-nb (so no number in
-the text is typed by hand) and still works where myst-nb is not installed (Colab).
+Covers: the roofline plot (measured ceilings, datasheet ceilings, operations placed on it);
+attention heat-maps, and an explorer widget (pick a head and a query) that keeps working in the
+static book because every view is rendered ahead of time and the controls are linked in the
+browser; and :func:`glue`, which hands a measured value to the book's prose through myst-nb (so
+no number in the text is typed by hand) and still works where myst-nb is not installed (Colab).
 
 Leaves out: the roofline arithmetic itself (``bench``).
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -83,3 +86,58 @@ def plot_roofline(
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return ax
+
+
+def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence[str], *,
+                      ax: plt.Axes | None = None, title: str = "") -> plt.Axes:
+    """Heat-map of one head's (Tq, Tk) attention weights: row i is where query i looks."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 4))
+    w = weights.detach().float().cpu().numpy()
+    if w.shape != (len(query_labels), len(key_labels)):
+        raise ValueError(f"weights {w.shape} do not match {len(query_labels)} query and {len(key_labels)} key labels")
+    ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(len(key_labels)), key_labels, fontsize=8)
+    ax.set_yticks(range(len(query_labels)), query_labels, fontsize=8)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.set_title(title, fontsize=9)
+    return ax
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def attention_explorer(weights, query_labels: Sequence[str], key_labels: Sequence[str]):
+    """An ipywidgets explorer of (H, Tq, Tk) attention weights: pick a head to see its heat-map,
+    pick a query to see where it looks in every head.
+
+    Every view is rendered to an image now and the controls switch between them in the browser
+    (``jslink``), so the explorer works in the static book as well as in a running notebook.
+    """
+    import ipywidgets as widgets
+
+    n_heads, n_queries = weights.shape[0], weights.shape[1]
+    head_views = []
+    for h in range(n_heads):
+        fig, ax = plt.subplots(figsize=(3.6, 3.6))
+        attention_heatmap(weights[h], query_labels, key_labels, ax=ax, title=f"head {h}: all queries")
+        head_views.append(widgets.Image(value=_png(fig), format="png"))
+    query_views = []
+    for q in range(n_queries):
+        fig, ax = plt.subplots(figsize=(3.6, 0.45 * n_heads + 1.2))
+        attention_heatmap(weights[:, q, :], [f"head {h}" for h in range(n_heads)], key_labels, ax=ax,
+                          title=f"query {q} ({query_labels[q]}) in every head")
+        ax.set_ylabel("")
+        query_views.append(widgets.Image(value=_png(fig), format="png"))
+    stack = getattr(widgets, "Stack", widgets.Tab)  # Stack needs ipywidgets 8; Tab works in 7 too
+    heads, queries = stack(head_views, selected_index=0), stack(query_views, selected_index=0)
+    head_pick = widgets.IntSlider(0, 0, n_heads - 1, description="head")
+    query_pick = widgets.IntSlider(0, 0, n_queries - 1, description="query")
+    widgets.jslink((head_pick, "value"), (heads, "selected_index"))
+    widgets.jslink((query_pick, "value"), (queries, "selected_index"))
+    return widgets.HBox([widgets.VBox([head_pick, heads]), widgets.VBox([query_pick, queries])])

@@ -18,7 +18,9 @@ def write(path, *cells):
 
 def test_execute_runs_in_place_and_records_metadata(tmp_path):
     path = write(tmp_path / "ok.ipynb", new_markdown_cell("# hi"), new_code_cell("print(6 * 7)"))
+    path.chmod(0o644)
     seconds = execute.execute_notebook(path, timeout=120)
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by others, as before
     nb = nbformat.read(path, as_version=4)
     assert nb.cells[1].outputs[0]["text"] == "42\n"
     meta = nb.metadata[METADATA_KEY]

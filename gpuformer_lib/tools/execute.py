@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -62,6 +63,7 @@ def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             nbformat.write(nb, f)
+        shutil.copymode(path, tmp)  # mkstemp makes the file private; keep the notebook's own mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
