@@ -192,3 +192,24 @@ def test_mha_input_errors(call, message):
 def test_mha_config_errors():
     with pytest.raises(ValueError, match="d_model=250 is not divisible by n_heads=8"):
         MultiHeadAttention(250, 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_mha_on_gpu_equals_pytorch(dtype):
+    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    ours, ref = make_pair(d_model=64)
+    ours, ref = ours.cuda(), ref.cuda()
+    x = torch.randn(4, 33, 64, device="cuda")
+    pad = torch.zeros(4, 33, dtype=torch.bool, device="cuda")
+    pad[1, 20:] = True
+    rtol, atol = TOLERANCE[dtype]
+    for use_sdpa in (True, False):
+        ours.use_sdpa = use_sdpa
+        with torch.autocast("cuda", dtype=dtype):
+            out, _ = ours(x, x, x, key_padding_mask=pad, is_causal=True)
+            causal = ~torch.ones(33, 33, dtype=torch.bool, device="cuda").tril()
+            ref_out, _ = ref(x, x, x, key_padding_mask=pad, attn_mask=causal, need_weights=False)
+        torch.testing.assert_close(out.float(), ref_out.float(), rtol=rtol, atol=atol)

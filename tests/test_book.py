@@ -54,3 +54,12 @@ def test_chapter_pages_show_stored_outputs_figures_and_glued_numbers(html):
 def test_solutions_are_folded_away(html):
     page = (html / "notebooks" / "00_setup.html").read_text()
     assert page.count("tag_hide-cell") >= 3
+
+
+def test_widgets_render_from_files_shipped_with_the_book(html):
+    page = (html / "notebooks" / "03_attention.html").read_text()
+    assert "application/vnd.jupyter.widget-state+json" in page, "the widget state was not embedded"
+    assert "application/vnd.jupyter.widget-view+json" in page
+    for script in ("widgets/require.js", "widgets/embed-amd.js"):
+        assert f"_static/{script}" in page and (html / "_static" / script).exists()
+    assert "cdnjs.cloudflare.com/ajax/libs/require.js" not in page  # not the CDN default
