@@ -186,6 +186,7 @@ class DecoderLM(nn.Module):
             self.lm_head.weight = self.embed.weight
 
     def forward(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
-        padding_mask = _check_padding_mask(padding_mask, ids, "padding_mask") if ids.dim() == 2 else padding_mask
-        x = self.dropout(self.pos(self.embed(ids)))
+        x = self.embed(ids)  # checks the ids first
+        padding_mask = _check_padding_mask(padding_mask, ids, "padding_mask")
+        x = self.dropout(self.pos(x))
         return self.lm_head(self.blocks(x, padding_mask=padding_mask))  # (B, T, C) -> (B, T, vocab_size)

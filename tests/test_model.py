@@ -172,6 +172,14 @@ def test_transformer_input_errors(call, message):
         call(Transformer(small_config()))
 
 
+def test_decoder_lm_input_errors():
+    lm = DecoderLM(small_config())
+    with pytest.raises(ValueError, match=r"shape \(B, T\)"):
+        lm(torch.randint(0, 37, (5,)))
+    with pytest.raises(ValueError, match="padding_mask must have the shape"):
+        lm(torch.randint(0, 37, (2, 5)), padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+
+
 def test_positional_encodings():
     pe = sinusoidal_encoding(50, 16)
     assert torch.allclose(pe[0, 0::2], torch.zeros(8)) and torch.allclose(pe[0, 1::2], torch.ones(8))
