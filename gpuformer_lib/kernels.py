@@ -1,0 +1,249 @@
+"""The course's own GPU kernels, written in Triton, and the CUDA C kernel of the second seed article.
+
+Covers: vector add (with the tail masked), a strided copy (for coalescing), a row-wise fused
+softmax, a tiled matrix product (``tl.dot``), and a grid-stride ``add`` in CUDA C compiled with
+``torch.utils.cpp_extension.load_inline``; and :func:`kernel_support`, which says whether they can
+run compiled, interpreted, or not at all, and why.
+
+How they run: on a machine with a CUDA GPU, Triton compiles them. Without one, this module sets
+``TRITON_INTERPRET=1`` *before* its kernels are defined (Triton reads it when ``@triton.jit``
+runs), so they run in Triton's interpreter on CPU tensors: the same code, checked for correctness,
+about a thousand times slower. Importing this module therefore also makes kernels you define
+afterwards interpreted on such a machine. Where Triton is not installed (macOS, Windows) the
+kernels are unavailable and calling one raises :class:`KernelUnavailableError` with the reason.
+
+Leaves out: autotuning and benchmarking helpers (``triton.testing`` needs a GPU; see chapter 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+
+import torch
+
+
+class KernelUnavailableError(RuntimeError):
+    """A kernel cannot run on this machine; the message says why and what to do."""
+
+
+def _choose_triton_mode() -> tuple[str, str]:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "interpreted", "TRITON_INTERPRET=1 is set: Triton kernels run in its interpreter on CPU tensors"
+    if torch.cuda.is_available():
+        return "compiled", f"Triton compiles kernels for {torch.cuda.get_device_name()}"
+    os.environ["TRITON_INTERPRET"] = "1"
+    return "interpreted", ("no CUDA GPU: Triton kernels run in its interpreter on CPU tensors "
+                           "(for correctness, not speed: about 1000x slower than PyTorch)")
+
+
+_TRITON_MODE, _TRITON_REASON = _choose_triton_mode()
+try:
+    import triton
+    import triton.language as tl
+except ImportError as err:  # no wheel for this platform, or not installed
+    triton = tl = None
+    _TRITON_MODE = "unavailable"
+    _TRITON_REASON = (f"Triton is not installed ({err}). It comes with PyTorch's CUDA builds on Linux; "
+                      "otherwise `pip install triton` (Linux only). On macOS or Windows, read the kernels "
+                      "and run them in Colab.")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSupport:
+    """What can run here: Triton kernels (compiled, interpreted or unavailable) and CUDA C."""
+
+    triton_mode: str
+    triton_reason: str
+    cuda_c: bool
+    cuda_c_reason: str
+
+    def __str__(self) -> str:
+        return (f"Triton kernels: {self.triton_mode} ({self.triton_reason})\n"
+                f"CUDA C kernels: {'can be compiled' if self.cuda_c else 'not available'} ({self.cuda_c_reason})")
+
+
+def _cuda_c_support() -> tuple[bool, str]:
+    if not torch.cuda.is_available():
+        return False, "needs a CUDA GPU; none is visible to PyTorch"
+    nvcc = shutil.which("nvcc") or (os.environ.get("CUDA_HOME") and os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))
+    if not nvcc or not os.path.exists(nvcc):
+        return False, "needs the CUDA toolkit's compiler nvcc (set CUDA_HOME or put nvcc on PATH)"
+    from torch.utils.cpp_extension import is_ninja_available
+
+    if not is_ninja_available():
+        return False, "needs the ninja build tool: pip install ninja"
+    return True, f"nvcc at {nvcc}, PyTorch built for CUDA {torch.version.cuda}"
+
+
+def kernel_support() -> KernelSupport:
+    """Whether the course's kernels can run here, and why (or why not)."""
+    cuda_c, reason = _cuda_c_support()
+    return KernelSupport(_TRITON_MODE, _TRITON_REASON, cuda_c, reason)
+
+
+def _check_tensors(*tensors: torch.Tensor) -> None:
+    if _TRITON_MODE == "unavailable":
+        raise KernelUnavailableError(_TRITON_REASON)
+    want = "cuda" if _TRITON_MODE == "compiled" else "cpu"
+    for t in tensors:
+        if t.device.type != want:
+            raise ValueError(f"Triton kernels are {_TRITON_MODE} here, so tensors must be on the {want.upper()} "
+                             f"(got one on {t.device}); move them with .to('{want}')")
+        if _TRITON_MODE == "interpreted" and t.dtype == torch.bfloat16:
+            raise ValueError("Triton's interpreter computes with NumPy, which has no bfloat16, and gets bfloat16 "
+                             "wrong: use float32 or float16 on the CPU, and bfloat16 on a GPU")
+
+
+# --------------------------------------------------------------------------- Triton kernels
+
+if triton is not None:
+
+    @triton.jit
+    def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(axis=0)  # which block of BLOCK elements this program handles
+        offsets = pid * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n  # the last block may run past the end: mask the tail
+        x = tl.load(x_ptr + offsets, mask=mask)
+        y = tl.load(y_ptr + offsets, mask=mask)
+        tl.store(out_ptr + offsets, x + y, mask=mask)
+
+    @triton.jit
+    def strided_copy_kernel(x_ptr, out_ptr, n, stride, BLOCK: tl.constexpr):
+        offsets = tl.program_id(axis=0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        # neighbouring programs' threads read addresses `stride` elements apart: stride 1 is coalesced
+        src = (offsets.to(tl.int64) * stride) % n
+        tl.store(out_ptr + offsets, tl.load(x_ptr + src, mask=mask), mask=mask)
+
+    @triton.jit
+    def softmax_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, BLOCK: tl.constexpr):
+        row = tl.program_id(axis=0)  # one program per row
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        x = x - tl.max(x, axis=0)  # stable: every exponent <= 0
+        numerator = tl.exp(x)
+        y = numerator / tl.sum(numerator, axis=0)
+        tl.store(out_ptr + row * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # each program computes one (BLOCK_M, BLOCK_N) tile of C, walking along K in steps of BLOCK_K
+        rm = tl.program_id(axis=0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = tl.program_id(axis=1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a_mask = (rm[:, None] < M) & (k0 + rk[None, :] < K)
+            b_mask = (k0 + rk[:, None] < K) & (rn[None, :] < N)
+            a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk[None, :]) * stride_ak, mask=a_mask, other=0.0)
+            b = tl.load(b_ptr + (k0 + rk[:, None]) * stride_bk + rn[None, :] * stride_bn, mask=b_mask, other=0.0)
+            acc += tl.dot(a, b)  # (BLOCK_M, BLOCK_K) x (BLOCK_K, BLOCK_N) on tensor cores
+        c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
+    """x + y with :func:`add_kernel`: one program per ``block_size`` elements."""
+    _check_tensors(x, y)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        raise ValueError(f"x and y need one shape and dtype, got {tuple(x.shape)} {x.dtype} and {tuple(y.shape)} {y.dtype}")
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    add_kernel[(triton.cdiv(n, block_size),)](x, y, out, n, BLOCK=block_size)
+    return out
+
+
+def strided_copy(x: torch.Tensor, stride: int, block_size: int = 1024) -> torch.Tensor:
+    """out[i] = x[(i * stride) % n] for a 1-D tensor: stride 1 is a plain, coalesced copy."""
+    _check_tensors(x)
+    if x.dim() != 1 or stride < 1:
+        raise ValueError(f"need a 1-D tensor and stride >= 1, got shape {tuple(x.shape)} and stride {stride}")
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    strided_copy_kernel[(triton.cdiv(x.numel(), block_size),)](x, out, x.numel(), stride, BLOCK=block_size)
+    return out
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """Row-wise softmax of a 2-D tensor in one fused kernel: each row is read once and written once."""
+    _check_tensors(x)
+    if x.dim() != 2:
+        raise ValueError(f"softmax works on a 2-D tensor (rows, columns), got shape {tuple(x.shape)}")
+    n_rows, n_cols = x.shape
+    block = triton.next_power_of_2(n_cols)
+    if block > 65536:
+        raise ValueError(f"rows of {n_cols} elements do not fit one program; this kernel handles up to 65,536")
+    out = torch.empty_like(x)
+    num_warps = 4 if block < 2048 else 8 if block < 4096 else 16
+    softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=num_warps)
+    return out
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 64, block_k: int = 32) -> torch.Tensor:
+    """(M, K) @ (K, N) with a tiled kernel; accumulates in float32, returns a's dtype.
+
+    Block sizes must be powers of two and at least 16 (what ``tl.dot`` needs). On a GPU, float32
+    inputs multiply in TF32 on tensor cores (Triton's default), as with
+    ``torch.set_float32_matmul_precision("high")``.
+    """
+    _check_tensors(a, b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"need (M, K) and (K, N) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"a and b need one dtype, got {a.dtype} and {b.dtype}")
+    for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+        if size < 16 or size & (size - 1):
+            raise ValueError(f"{name}={size} must be a power of two, at least 16")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                        c.stride(0), c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+    return c
+
+
+# --------------------------------------------------------------------------- CUDA C
+
+CUDA_ADD_SOURCE = r"""
+// The second seed article's kernel: y = x + y with a grid-stride loop.
+__global__ void add_kernel(int n, const float *x, float *y) {
+    int index = blockIdx.x * blockDim.x + threadIdx.x;  // this thread's first element
+    int stride = blockDim.x * gridDim.x;                // threads in the whole grid
+    for (int i = index; i < n; i += stride)             // so any grid covers any n
+        y[i] = x[i] + y[i];
+}
+
+torch::Tensor add(torch::Tensor x, torch::Tensor y, int64_t blocks, int64_t threads) {
+    TORCH_CHECK(x.is_cuda() && y.is_cuda(), "x and y must be CUDA tensors");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat && y.scalar_type() == torch::kFloat, "float32 only");
+    auto out = y.contiguous().clone();
+    auto xc = x.contiguous();
+    add_kernel<<<blocks, threads>>>(out.numel(), xc.data_ptr<float>(), out.data_ptr<float>());
+    return out;
+}
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_cuda_add():
+    from torch.utils.cpp_extension import load_inline
+
+    return load_inline(name="gpuformer_cuda_add", cpp_sources="torch::Tensor add(torch::Tensor x, torch::Tensor y, "
+                       "int64_t blocks, int64_t threads);", cuda_sources=CUDA_ADD_SOURCE, functions=["add"])
+
+
+def cuda_add(x: torch.Tensor, y: torch.Tensor, blocks: int = 256, threads: int = 256) -> torch.Tensor:
+    """x + y with the CUDA C kernel above (compiled on first use, which takes a minute)."""
+    ok, reason = _cuda_c_support()
+    if not ok:
+        raise KernelUnavailableError(f"The CUDA C kernel cannot be compiled here: it {reason}.")
+    if x.shape != y.shape:
+        raise ValueError(f"x and y need one shape, got {tuple(x.shape)} and {tuple(y.shape)}")
+    return _compiled_cuda_add().add(x, y, blocks, threads)
