@@ -185,10 +185,12 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 64, block_k: int = 32) -> torch.Tensor:
+def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 64, block_k: int = 32,
+           num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
     """(M, K) @ (K, N) with a tiled kernel; accumulates in float32, returns a's dtype.
 
-    Block sizes must be powers of two and at least 16 (what ``tl.dot`` needs). On a GPU, float32
+    Block sizes must be powers of two and at least 16 (what ``tl.dot`` needs). ``num_warps`` and
+    ``num_stages`` (software pipelining of the loads) matter only when compiled for a GPU. On a GPU, float32
     inputs multiply in TF32 on tensor cores (Triton's default), as with
     ``torch.set_float32_matmul_precision("high")``.
     """
@@ -205,7 +207,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 6
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
     matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                        c.stride(0), c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k)
+                        c.stride(0), c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                        num_warps=num_warps, num_stages=num_stages)
     return c
 
 

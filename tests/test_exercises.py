@@ -247,3 +247,51 @@ def test_sinusoidal_encoding(capsys):
 ])
 def test_residual_block(capsys, answer, hint):
     run(capsys, ex.check_residual_block, answer, hint)
+
+
+# ---- kernels (chapter 2)
+
+def test_kernel_roofline(capsys):
+    right = {name: (f / b, "compute" if f / b > 295 else "memory") for name, (f, b) in ex.KERNEL_COSTS.items()}
+    assert ex.check_kernel_roofline(right)
+    capsys.readouterr()
+    add = "vector add, float32"
+    run(capsys, lambda a: ex.check_kernel_roofline(a), {**right, add: (12.0, "memory")}, "upside down")
+    run(capsys, lambda a: ex.check_kernel_roofline(a), {**right, add: (1 / 12, "compute")}, "memory-bound")
+
+
+@pytest.mark.skipif(__import__("gpuformer_lib.kernels", fromlist=["x"]).kernel_support().triton_mode == "unavailable",
+                    reason="Triton is not installed")
+def test_kernel_checks_with_real_kernels(capsys):
+    import triton
+    import triton.language as tl
+
+    from gpuformer_lib import kernels
+
+    run(capsys, ex.check_masked_add, kernels.add_kernel, None)
+    capsys.readouterr()
+
+    @triton.jit
+    def unmasked(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
+
+    run(capsys, ex.check_masked_add, unmasked, "mask=offsets < n")
+    capsys.readouterr()
+
+    @triton.jit
+    def gelu_tanh(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        tl.store(out_ptr + offsets, x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x)), mask=mask)
+
+    @triton.jit
+    def relu(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(out_ptr + offsets, tl.maximum(tl.load(x_ptr + offsets, mask=mask), 0.0), mask=mask)
+
+    run(capsys, ex.check_gelu_kernel, gelu_tanh, None)
+    capsys.readouterr()
+    run(capsys, ex.check_gelu_kernel, relu, "sigmoid(2z)")

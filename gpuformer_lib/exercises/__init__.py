@@ -12,6 +12,8 @@ from gpuformer_lib.exercises._core import CheckResult
 from gpuformer_lib.exercises.hardware import (BOUND_OPERATIONS, check_attainable_flops, check_bound,
                                               check_fits_training, check_matmul_flops, check_matmul_intensity,
                                               check_speedup, check_supports_bf16, check_weights_memory)
+from gpuformer_lib.exercises.kernels import (KERNEL_COSTS, check_gelu_kernel, check_kernel_roofline,
+                                             check_masked_add)
 from gpuformer_lib.exercises.transformer import (check_attention, check_causal_mask, check_encoder_layer_parameters,
                                                  check_merge_heads, check_mha_parameters, check_padding_mask,
                                                  check_residual_block, check_sinusoidal_encoding, check_split_heads)
@@ -21,5 +23,5 @@ __all__ = [
     "check_matmul_flops", "check_matmul_intensity", "check_speedup", "check_supports_bf16", "check_weights_memory",
     "check_attention", "check_causal_mask", "check_encoder_layer_parameters", "check_merge_heads",
     "check_mha_parameters", "check_padding_mask", "check_residual_block", "check_sinusoidal_encoding",
-    "check_split_heads",
+    "check_split_heads", "KERNEL_COSTS", "check_gelu_kernel", "check_kernel_roofline", "check_masked_add",
 ]
