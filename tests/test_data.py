@@ -1,0 +1,180 @@
+"""Data sets read offline (never downloaded in tests), verified downloads, tokenizers, vocabularies,
+splits, encoding limits, padding, collation and bucketing."""
+
+import hashlib
+import io
+import os
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpuformer_lib import data
+from gpuformer_lib.tools.notebooks import REPO_ROOT
+
+SHARED = Path(os.environ.get(data.DATA_ENV) or REPO_ROOT.parent / "shared" / "data")
+needs_shared = pytest.mark.skipif(not (SHARED / "cmn-eng.txt").exists(),
+                                  reason=f"no data folder at {SHARED}; set {data.DATA_ENV}")
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test tried to download")
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+
+
+@pytest.fixture
+def shared_data(monkeypatch):
+    monkeypatch.setenv(data.DATA_ENV, str(SHARED))
+    return SHARED
+
+
+@needs_shared
+def test_shared_files_match_the_known_checksums(shared_data):
+    for name, source in data.DATASETS.items():
+        path = data.data_path(name, download=False)
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == source.sha256, name
+
+
+@needs_shared
+def test_translation_pairs_and_text(shared_data):
+    pairs = data.load_translation_pairs()
+    assert pairs[0] == ("Hi.", "嗨。")  # the byte-order mark is gone
+    assert len(pairs) > 29_000
+    assert data.load_translation_pairs(max_pairs=10) == pairs[:10]
+    assert data.load_text().startswith("First Citizen:")
+
+
+def test_missing_file_without_network_says_how_to_get_it(monkeypatch, tmp_path):
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(OSError("no network")))
+    with pytest.raises(FileNotFoundError) as err:
+        data.data_path("tinyshakespeare")
+    assert data.DATASETS["tinyshakespeare"].url in str(err.value) and data.DATA_ENV in str(err.value)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        data.data_path("tinyshakespeare", download=False)
+    with pytest.raises(ValueError, match="unknown data set"):
+        data.data_path("imagenet")
+
+
+class FakeResponse(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+def test_download_is_verified_and_atomic(monkeypatch, tmp_path, zipped):
+    text = "To be, or not to be\n".encode()
+    payload = text
+    if zipped:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as z:
+            z.writestr("inner.txt", text)
+        payload = buffer.getvalue()
+    source = data.DataSource("t.txt", "https://example.org/t", hashlib.sha256(text).hexdigest(), "PD", "test",
+                             member="inner.txt" if zipped else None)
+    monkeypatch.setitem(data.DATASETS, "t", source)
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "d"))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(payload))
+    path = data.data_path("t")
+    assert path.read_bytes() == text and [p.name for p in path.parent.iterdir()] == ["t.txt"]
+
+
+def test_download_with_a_wrong_checksum_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setitem(data.DATASETS, "t", data.DataSource("t.txt", "https://example.org/t", "0" * 64, "PD", "x"))
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(b"tampered"))
+    with pytest.raises(ValueError, match="checksum"):
+        data.data_path("t")
+    assert not any(tmp_path.iterdir())
+
+
+def test_tokenizers():
+    assert data.english_words("Don't go, Tom!") == ["don't", "go", ",", "tom", "!"]
+    assert data.characters("我 爱 你。") == ["我", "爱", "你", "。"]
+    assert data.all_characters("a b\n") == ["a", " ", "b", "\n"]
+
+
+def test_vocab():
+    vocab = data.Vocab.build(["a b b", "c b a"], str.split)
+    assert vocab.itos[:4] == list(data.Vocab.SPECIALS) and vocab.itos[4] == "b"
+    ids = vocab.encode(["a", "zzz", "b"])
+    assert ids[1] == data.Vocab.UNK and vocab.decode(ids) == ["a", "<unk>", "b"]
+    assert vocab.decode([data.Vocab.BOS, ids[0], data.Vocab.EOS, ids[2]]) == ["a"]
+    assert len(data.Vocab.build(["a b b c"], str.split, min_freq=2)) == 5
+    with pytest.raises(KeyError, match="zzz"):
+        vocab.encode(["zzz"], unknown="error")
+    with pytest.raises(ValueError, match="unknown must be"):
+        vocab.encode(["a"], unknown="ignore")
+    with pytest.raises(ValueError, match="no text"):
+        data.Vocab.build([], str.split)
+
+
+def test_split_is_fixed_by_seed():
+    items = list(range(100))
+    train, val, test = data.split(items, seed=3)
+    assert (len(train), len(val), len(test)) == (90, 5, 5) and sorted(train + val + test) == items
+    assert data.split(items, seed=3) == (train, val, test) and data.split(items, seed=4)[0] != train
+    with pytest.raises(ValueError, match="empty"):
+        data.split([])
+    with pytest.raises(ValueError, match="summing to 1"):
+        data.split(items, (0.5, 0.2, 0.2))
+
+
+PAIRS = [("I like tea.", "我喜欢茶。"), ("Go!", "走！"), ("Tom is here now.", "汤姆现在在这里。")]
+
+
+def vocabs():
+    return (data.Vocab.build([p[0] for p in PAIRS], data.english_words),
+            data.Vocab.build([p[1] for p in PAIRS], data.characters))
+
+
+def test_encode_pairs_adds_specials_and_enforces_max_len():
+    src_v, tgt_v = vocabs()
+    enc = data.encode_pairs(PAIRS, src_v, tgt_v, data.english_words, data.characters, max_len=10)
+    src, tgt = enc[0]
+    assert src[-1] == data.Vocab.EOS and tgt[0] == data.Vocab.BOS and tgt[-1] == data.Vocab.EOS
+    assert src_v.decode(src) == ["i", "like", "tea", "."] and "".join(tgt_v.decode(tgt)) == "我喜欢茶。"
+    with pytest.raises(ValueError, match="max_len=5"):
+        data.encode_pairs(PAIRS, src_v, tgt_v, data.english_words, data.characters, max_len=5)
+    assert len(data.encode_pairs(PAIRS, src_v, tgt_v, data.english_words, data.characters, 5, "skip")) == 1
+    with pytest.raises(ValueError, match="empty"):
+        data.encode_pairs([], src_v, tgt_v, data.english_words, data.characters, 10)
+    with pytest.raises(ValueError, match="too_long must be"):
+        data.encode_pairs(PAIRS, src_v, tgt_v, data.english_words, data.characters, 10, "truncate")
+
+
+def test_collation_pads_and_shifts():
+    src_v, tgt_v = vocabs()
+    enc = data.encode_pairs(PAIRS, src_v, tgt_v, data.english_words, data.characters, max_len=12)
+    b = data.collate_translation(enc)
+    lengths = [len(s) for s, _ in enc]
+    assert b.src.shape == (3, max(lengths))
+    assert b.src_padding_mask.sum(1).tolist() == [max(lengths) - n for n in lengths]
+    assert torch.all(b.src[b.src_padding_mask] == data.Vocab.PAD)
+    assert torch.equal(b.tgt_in[:, 1:][~b.tgt_padding_mask[:, :-1]], b.tgt_out[:, :-1][~b.tgt_padding_mask[:, :-1]])
+    assert torch.all(b.tgt_out[b.tgt_padding_mask] == data.Vocab.PAD)
+    assert torch.all((b.tgt_out == data.Vocab.EOS).sum(1) == 1)  # every target ends exactly once
+    with pytest.raises(ValueError, match="empty batch"):
+        data.pad([])
+
+
+def test_bucketing_covers_everything_once_and_wastes_less_padding():
+    rng = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 60, (2000,), generator=rng).tolist()
+    sampler = data.BucketBatchSampler(lengths, batch_size=32, seed=1)
+    batches = list(sampler)
+    assert sorted(i for b in batches for i in b) == list(range(2000)) and max(map(len, batches)) == 32
+    random_batches = [list(range(i, min(i + 32, 2000))) for i in range(0, 2000, 32)]
+    assert data.padding_fraction(batches, lengths) < 0.5 * data.padding_fraction(random_batches, lengths)
+    assert list(sampler) == batches
+    sampler.set_epoch(1)
+    assert list(sampler) != batches and len(sampler) == len(batches)
+    with pytest.raises(ValueError):
+        data.BucketBatchSampler([], 4)
