@@ -101,7 +101,16 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 
 
 class TokenEmbedding(nn.Embedding):
-    """Token ids (B, T) -> vectors (B, T, C) scaled by sqrt(C), with the ids checked first."""
+    """Token ids (B, T) -> vectors (B, T, C) scaled by sqrt(C), with the ids checked first.
+
+    Initialised with standard deviation C^-1/2, so the scaled vectors have unit size and, when the
+    output layer shares these weights, the first logits are of order 1 (nn.Embedding's default,
+    N(0, 1), would make them of order sqrt(C) and the first losses far above log(vocab_size)).
+    """
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, std=self.embedding_dim ** -0.5)
+        self._fill_padding_idx_with_zero()
 
     def forward(self, ids: Tensor) -> Tensor:
         if ids.dim() != 2:

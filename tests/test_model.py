@@ -122,6 +122,14 @@ def test_transformer_decoder_is_causal():
     torch.testing.assert_close(model(src, tgt)[:, :4], model(src, changed)[:, :4])
 
 
+def test_first_losses_start_near_chance():
+    lm = DecoderLM(small_config(n_decoder_layers=2))
+    ids, targets = torch.randint(0, 37, (8, 12)), torch.randint(0, 37, (8, 12))
+    loss = torch.nn.functional.cross_entropy(lm(ids).reshape(-1, 37), targets.reshape(-1)).item()
+    chance = torch.log(torch.tensor(37.0)).item()
+    assert chance - 0.5 < loss < chance + 1.5  # N(0, 1) embeddings, tied, gave about 10 times chance
+
+
 def test_tied_and_shared_embeddings():
     model = Transformer(small_config(vocab_size=31, src_vocab_size=None, share_src_tgt_embeddings=True))
     assert model.src_embed is model.tgt_embed and model.generator.weight is model.tgt_embed.weight

@@ -1,0 +1,123 @@
+"""The training loop: schedules, parameter groups, a stored reference loss curve, exact resume,
+gradient accumulation, atomic checkpoints, and the config's errors."""
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpuformer_lib.model import DecoderLM, TransformerConfig
+from gpuformer_lib.train import (History, TrainConfig, load_checkpoint, lr_multiplier, parameter_groups, train)
+
+GOLDEN = Path(__file__).parent / "golden" / "decoder_lm_repeat_task.json"
+V = 12
+
+
+def model(dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    return DecoderLM(TransformerConfig(vocab_size=V, d_model=32, n_heads=4, n_decoder_layers=2, d_ff=64,
+                                       dropout=dropout, max_len=32))
+
+
+def get_batch(i, batch_size=16, T=16, period=4):
+    g = torch.Generator().manual_seed(1000 + i)  # the batch is a function of its index
+    seq = torch.randint(0, V, (batch_size, period), generator=g).repeat(1, T // period + 1)[:, : T + 1]
+    return seq[:, :-1], seq[:, 1:]
+
+
+def loss_fn(m, batch):
+    x, y = batch
+    logits = m(x)
+    return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1)), y.numel()
+
+
+CONFIG = TrainConfig(max_steps=40, lr=3e-3, warmup_steps=5, log_every=1, progress=False, weight_decay=0.01)
+
+
+def test_loss_follows_the_stored_reference_curve():
+    history = train(model(), loss_fn, get_batch, CONFIG)
+    assert len(history.loss) == 40 and history.tokens[-1] == 40 * 16 * 16
+    assert sum(history.loss[-5:]) / 5 < 0.75 * sum(history.loss[:5]) / 5  # it learns
+    reference = json.loads(GOLDEN.read_text())["loss"]
+    torch.testing.assert_close(torch.tensor(history.loss), torch.tensor(reference), rtol=2e-2, atol=2e-2)
+
+
+def test_resume_continues_exactly(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    config = dataclasses.replace(CONFIG, max_steps=20, checkpoint_every=10, checkpoint_path=str(path))
+    full = train(model(dropout=0.2), loss_fn, get_batch, config)
+    resumed = train(model(dropout=0.2, seed=99), loss_fn, get_batch, config, resume_from=path)  # other init, same result
+    assert resumed.step == full.step
+    assert resumed.loss == full.loss  # bit for bit: same batches, same dropout masks, same optimizer state
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # written atomically, no temporary files
+
+
+def test_checkpoint_loads_with_weights_only(tmp_path):
+    path = tmp_path / "c.pt"
+    train(model(), loss_fn, get_batch, dataclasses.replace(CONFIG, max_steps=4, checkpoint_every=2,
+                                                            checkpoint_path=str(path)))
+    m = model(seed=5)
+    step, history = load_checkpoint(path, m)
+    assert step == 4 and isinstance(history, History) and len(history.loss) == 4
+    torch.load(path, weights_only=True)  # no pickled code inside
+
+
+def test_gradient_accumulation_equals_one_large_batch():
+    big = dataclasses.replace(CONFIG, max_steps=1, warmup_steps=0, schedule="constant", grad_clip=None)
+    m1, m2 = model(), model()
+    train(m1, loss_fn, lambda i: get_batch(0, batch_size=16), big)
+    halves = lambda i: tuple(t[8 * i: 8 * (i + 1)] for t in get_batch(0, batch_size=16))  # noqa: E731
+    train(m2, loss_fn, halves, dataclasses.replace(big, grad_accum_steps=2))
+    for a, b in zip(m1.parameters(), m2.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_autocast_trains_on_cpu():
+    history = train(model(), loss_fn, get_batch, dataclasses.replace(CONFIG, max_steps=5, precision="bf16"))
+    assert all(math.isfinite(x) for x in history.loss)
+
+
+def test_evaluation_is_recorded():
+    calls = []
+
+    def eval_fn(m):
+        calls.append(m.training)
+        return 1.5
+
+    history = train(model(), loss_fn, get_batch, dataclasses.replace(CONFIG, max_steps=6, eval_every=3), eval_fn=eval_fn)
+    assert history.eval_step == [2, 5] and history.eval_loss == [1.5, 1.5] and calls == [False, False]
+
+
+def test_schedules():
+    warm = TrainConfig(max_steps=100, warmup_steps=10, schedule="inverse_sqrt")
+    f = lr_multiplier(warm)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0) and f(39) == pytest.approx(0.5)
+    cos = lr_multiplier(dataclasses.replace(warm, schedule="cosine", min_lr_ratio=0.1))
+    assert cos(9) == pytest.approx(1.0) and cos(99) == pytest.approx(0.1) and 0.1 < cos(50) < 1
+    assert lr_multiplier(dataclasses.replace(warm, schedule="constant"))(80) == 1.0
+
+
+def test_norms_and_biases_do_not_decay():
+    m = model()
+    decay, no_decay = parameter_groups(m, 0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert any(p is m.blocks.norm.weight for p in no_decay["params"])
+    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(schedule="linear"), "schedule must be"),
+    (dict(precision="fp8"), "precision must be"),
+    (dict(max_steps=0), "max_steps >= 1"),
+    (dict(schedule="inverse_sqrt", warmup_steps=0), "warmup_steps > 0"),
+    (dict(checkpoint_every=10), "checkpoint_path"),
+    (dict(grad_clip=0.0), "grad_clip"),
+])
+def test_config_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**changes)
