@@ -295,3 +295,55 @@ def test_kernel_checks_with_real_kernels(capsys):
     run(capsys, ex.check_gelu_kernel, gelu_tanh, None)
     capsys.readouterr()
     run(capsys, ex.check_gelu_kernel, relu, "sigmoid(2z)")
+
+
+# ---- losses, schedules and batching (chapters 6-7)
+
+def _masked_ce(logits, targets, pad):
+    per = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    return per.view(targets.shape)[~pad].mean()
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (_masked_ce, None),
+    (lambda lg, t, p: torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), t.masked_fill(p, -100).reshape(-1)), None),
+    (lambda lg, t, p: torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), t.reshape(-1)), "padding included"),
+])
+def test_masked_cross_entropy(capsys, answer, hint):
+    run(capsys, ex.check_masked_cross_entropy, answer, hint)
+
+
+def _smooth(logits, targets, eps):
+    logp = logits.log_softmax(-1)
+    return ((1 - eps) * -logp.gather(1, targets[:, None]).squeeze(1) + eps * -logp.mean(-1)).mean()
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (_smooth, None),
+    (lambda lg, t, e: torch.nn.functional.cross_entropy(lg, t, label_smoothing=e), None),
+    (lambda lg, t, e: (-lg.log_softmax(-1).gather(1, t[:, None]).squeeze(1) - e * lg.log_softmax(-1).mean(-1)).mean(),
+     "(1 - eps)"),
+])
+def test_label_smoothing(capsys, answer, hint):
+    run(capsys, ex.check_label_smoothing, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda s, d, w: d ** -0.5 * min(s ** -0.5, s * w ** -1.5), None),
+    (lambda s, d, w: min(s ** -0.5, s * w ** -1.5), "d_model^-0.5"),
+    (lambda s, d, w: d ** -0.5 * max(s ** -0.5, s * w ** -1.5), "min, not max"),
+])
+def test_warmup_schedule(capsys, answer, hint):
+    run(capsys, ex.check_warmup_schedule, answer, hint)
+
+
+def test_collate(capsys):
+    from gpuformer_lib.data import pad
+    run(capsys, ex.check_collate, lambda seqs, pad_id: pad(seqs, pad_id), None)
+    capsys.readouterr()
+
+    def left(seqs, pad_id):
+        T = max(len(s) for s in seqs)
+        ids = torch.stack([torch.cat([torch.full((T - len(s),), pad_id), s]) for s in seqs])
+        return ids, ids == pad_id
+    run(capsys, ex.check_collate, left, "left")
