@@ -315,3 +315,32 @@ def padding_fraction(batches: Iterable[Sequence[int]], lengths: Sequence[int]) -
         total += longest * len(batch)
         real += sum(lengths[i] for i in batch)
     return 1 - real / total if total else 0.0
+
+
+class StepBatches:
+    """``get_batch(step)`` for the training loop, over a ``DataLoader``: epoch after epoch in the order
+    its sampler gives for that epoch (``set_epoch``), so step ``s`` is always the same batch, and a run
+    resumed at step ``s`` skips straight to it."""
+
+    def __init__(self, loader: torch.utils.data.DataLoader):
+        self.loader = loader
+        self.per_epoch = len(loader)
+        if self.per_epoch == 0:
+            raise ValueError("the DataLoader yields no batches: is the data set empty?")
+        self._iterator: Iterator | None = None
+        self._next_step: int | None = None
+
+    def _start_epoch(self, epoch: int) -> None:
+        for sampler in (getattr(self.loader, "batch_sampler", None), getattr(self.loader, "sampler", None)):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        self._iterator = iter(self.loader)
+
+    def __call__(self, step: int):
+        epoch, index = divmod(step, self.per_epoch)
+        if step != self._next_step or index == 0:  # a new epoch, the first call, or a jump (resume)
+            self._start_epoch(epoch)
+            for _ in range(index if step != self._next_step else 0):
+                next(self._iterator)
+        self._next_step = step + 1
+        return next(self._iterator)

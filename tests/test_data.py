@@ -178,3 +178,21 @@ def test_bucketing_covers_everything_once_and_wastes_less_padding():
     assert list(sampler) != batches and len(sampler) == len(batches)
     with pytest.raises(ValueError):
         data.BucketBatchSampler([], 4)
+
+
+def test_step_batches_are_a_function_of_the_step():
+    lengths = list(range(1, 41))
+    dataset = [torch.arange(n) for n in lengths]
+
+    def loader():
+        sampler = data.BucketBatchSampler(lengths, batch_size=4, pool_batches=2, seed=5)
+        return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=lambda b: data.pad(b)[0])
+
+    sequential = data.StepBatches(loader())
+    first = [sequential(s) for s in range(25)]  # 10 batches an epoch: crosses two epoch boundaries
+    jumped = data.StepBatches(loader())
+    for s in (17, 18, 3, 24):
+        assert torch.equal(jumped(s), first[s])
+    assert not torch.equal(first[0], first[10])  # each epoch has its own order
+    with pytest.raises(ValueError, match="no batches"):
+        data.StepBatches(torch.utils.data.DataLoader([], batch_size=2))

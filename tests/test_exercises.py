@@ -347,3 +347,29 @@ def test_collate(capsys):
         ids = torch.stack([torch.cat([torch.full((T - len(s),), pad_id), s]) for s in seqs])
         return ids, ids == pad_id
     run(capsys, ex.check_collate, left, "left")
+
+
+def _lm_batch(ids, block, batch, gen):
+    starts = torch.randint(0, len(ids) - block - 1, (batch,), generator=gen)
+    x = torch.stack([ids[s: s + block] for s in starts])
+    return x, torch.stack([ids[s + 1: s + block + 1] for s in starts])
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (_lm_batch, None),
+    (lambda ids, b, n, g: (_lm_batch(ids, b, n, g)[0], _lm_batch(ids, b, n, g)[0]), "y equals x"),
+    (lambda ids, b, n, g: (torch.stack([ids[0:b]] * n), torch.stack([ids[1:b + 1]] * n)), "same place"),
+])
+def test_lm_batch(capsys, answer, hint):
+    run(capsys, ex.check_lm_batch, answer, hint)
+
+
+@pytest.mark.parametrize("answer, hint", [
+    (lambda lengths, b: [s[i:i + b] for s in [sorted(range(len(lengths)), key=lengths.__getitem__)]
+                         for i in range(0, len(lengths), b)], None),
+    (lambda lengths, b: [list(range(i, min(i + b, len(lengths)))) for i in range(0, len(lengths), b)],
+     "group indices of similar length"),
+    (lambda lengths, b: [[i] for i in range(len(lengths) - 1)], "exactly one batch"),
+])
+def test_bucket_batches(capsys, answer, hint):
+    run(capsys, ex.check_bucket_batches, answer, hint)

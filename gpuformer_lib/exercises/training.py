@@ -103,3 +103,57 @@ def check_collate(fn: Callable[[list[torch.Tensor], int], tuple[torch.Tensor, to
     if not torch.equal(mask, want_mask):
         return _report(False, "The mask should be a bool tensor, True exactly where padding was added.")
     return _report(True, "Right-padded ids and their mask; the model and the loss both need the mask.")
+
+
+def check_lm_batch(fn: Callable[[torch.Tensor, int, int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]) -> CheckResult:
+    """``fn(ids, block_size, batch_size, generator)``: random windows of a 1-D token stream, inputs x
+    (B, T) and next-token targets y (B, T), y shifted one position to the right of x."""
+    ids = torch.arange(1000)  # token i has id i, so windows are easy to read
+    got, err = _try(fn, ids, 16, 8, torch.Generator().manual_seed(0))
+    if err:
+        return _report(False, err)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return _report(False, "Return two tensors: (x, y).")
+    x, y = got
+    if x.shape != (8, 16) or y.shape != (8, 16):
+        return _report(False, f"x and y must both be (batch_size, block_size) = (8, 16); got {tuple(x.shape)}, {tuple(y.shape)}.")
+    if torch.equal(y, x):
+        return _report(False, "y equals x: the target of position t is the token at t + 1.")
+    if torch.equal(y, x - 1):
+        return _report(False, "y is shifted the wrong way: y[t] must be the token after x[t].")
+    if not torch.equal(y, x + 1):
+        return _report(False, "Each y row must be its x row moved one token to the right, from the same window.")
+    if not torch.equal(x[:, 1:] - x[:, :-1], torch.ones(8, 15, dtype=x.dtype)):
+        return _report(False, "Each row must be a contiguous window of the stream.")
+    if int(x.max()) + 1 >= 1000 + 1 or int(y.max()) > 999:
+        return _report(False, "A window runs past the end: start positions must leave room for block_size + 1 tokens.")
+    if len(set(x[:, 0].tolist())) == 1:
+        return _report(False, "Every row starts at the same place: draw a random start per row.")
+    return _report(True, "Random windows, targets shifted by one: every position of every window is a training example.")
+
+
+def check_bucket_batches(fn: Callable[[list[int], int], list[list[int]]]) -> CheckResult:
+    """``fn(lengths, batch_size)`` returns batches of indices (every index once) grouped by similar
+    length, so that padding each batch to its longest wastes little."""
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(2, 60, (500,), generator=g).tolist()
+    got, err = _try(fn, lengths, 16)
+    if err:
+        return _report(False, err)
+    try:
+        flat = sorted(i for batch in got for i in batch)
+    except TypeError:
+        return _report(False, "Return a list of batches, each a list of indices.")
+    if flat != list(range(500)):
+        return _report(False, "Every index must appear in exactly one batch.")
+    if max(len(b) for b in got) > 16:
+        return _report(False, "A batch is larger than batch_size.")
+    from gpuformer_lib.data import padding_fraction
+
+    waste = padding_fraction(got, lengths)
+    in_order = padding_fraction([list(range(i, min(i + 16, 500))) for i in range(0, 500, 16)], lengths)
+    if waste > 0.5 * in_order:
+        return _report(False, f"{waste:.0%} of the slots are padding, against {in_order:.0%} for batches in data "
+                              "order: group indices of similar length (sort by length, then cut).")
+    return _report(True, f"{waste:.0%} padding instead of {in_order:.0%}. (Shuffle the batches afterwards, so "
+                         "training does not see short sentences first and long ones last.)")
