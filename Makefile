@@ -10,6 +10,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Real data sets: read from $GPUFORMER_DATA if set, else from a shared data folder beside the
+# repository if there is one (as in CI), else from data/ (downloaded there when missing).
+export GPUFORMER_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
 .PHONY: book test lab outputs student clean
 
