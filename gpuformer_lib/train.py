@@ -209,7 +209,8 @@ def train(
 ) -> History:
     """Train ``model`` for ``config.max_steps`` optimizer steps and return the :class:`History`.
 
-    ``loss_fn(model, batch)`` returns the mean loss over the batch's tokens and the token count;
+    ``loss_fn(model, batch)`` returns the mean loss over the batch's tokens and the token count (an
+    int, or a tensor on the device: it is read back only when logging, so it costs no sync);
     ``get_batch(i)`` returns micro-batch ``i`` (``step * grad_accum_steps + micro``);
     ``eval_fn(model)`` returns a validation loss (it runs under ``torch.no_grad`` in eval mode).
     """
@@ -227,8 +228,8 @@ def train(
     if start >= config.max_steps:
         return history
     params = [p for p in model.parameters() if p.requires_grad]
-    pending: list[tuple[int, torch.Tensor, torch.Tensor, float, int]] = []  # read back every log_every steps
-    tokens = history.tokens[-1] if history.tokens else 0
+    pending: list[tuple[int, torch.Tensor, torch.Tensor, float, torch.Tensor]] = []  # read back every log_every steps
+    tokens = torch.tensor(history.tokens[-1] if history.tokens else 0, device=device)  # stays on the device
 
     def flush() -> None:
         for step, loss, norm, lr, tok in pending:
@@ -236,7 +237,7 @@ def train(
             history.loss.append(loss.item())  # waits for the device: done once per log_every steps
             history.grad_norm.append(norm.item())
             history.lr.append(lr)
-            history.tokens.append(tok)
+            history.tokens.append(int(tok.item()))
         pending.clear()
 
     bar = tqdm(range(start, config.max_steps), initial=start, total=config.max_steps, disable=not config.progress,
@@ -251,7 +252,7 @@ def train(
                 loss, n_tokens = loss_fn(model, batch)
             scaler.scale(loss / config.grad_accum_steps).backward()
             step_loss += loss.detach() / config.grad_accum_steps
-            tokens += int(n_tokens)
+            tokens += n_tokens
         scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip if config.grad_clip else float("inf"))
         lr = optimizer.param_groups[0]["lr"]
@@ -259,7 +260,7 @@ def train(
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
-        pending.append((step, step_loss, norm.detach(), lr, tokens))
+        pending.append((step, step_loss, norm.detach(), lr, tokens.clone()))
         done = step + 1
         if done % config.log_every == 0 or done == config.max_steps:
             flush()

@@ -76,6 +76,15 @@ def test_gradient_accumulation_equals_one_large_batch():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_token_counts_may_stay_on_the_device():
+    def tensor_count_loss(m, batch):
+        loss, n = loss_fn(m, batch)
+        return loss, torch.tensor(n)  # as a loss_fn computing (~padding_mask).sum() would return it
+
+    history = train(model(), tensor_count_loss, get_batch, dataclasses.replace(CONFIG, max_steps=3))
+    assert history.tokens == [256, 512, 768] and all(isinstance(t, int) for t in history.tokens)
+
+
 def test_bf16_autocast_trains_on_cpu():
     history = train(model(), loss_fn, get_batch, dataclasses.replace(CONFIG, max_steps=5, precision="bf16"))
     assert all(math.isfinite(x) for x in history.loss)
