@@ -315,3 +315,42 @@ def format_rate(value: float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
+
+
+# --------------------------------------------------------------------------- model FLOPs and MFU
+
+
+def transformer_flops(config, batch_size: int, tgt_len: int, src_len: int = 0, training: bool = True) -> int:
+    """Matrix-product FLOPs of one step of the course's models, counted as the hardware does them.
+
+    ``config`` is a ``TransformerConfig``. With ``src_len > 0`` the encoder-decoder ``Transformer``
+    (``config.n_encoder_layers`` + ``n_decoder_layers``), otherwise the decoder-only ``DecoderLM``.
+    Per layer and token: projections 8 C^2 (Q, K, V, output), feed-forward 4 C d_ff, attention 4 T C
+    (scores and weighted sum, the full T x T: causal masking does not halve what most kernels compute);
+    cross-attention adds 4 C^2 + 4 S C, and projecting the encoder memory 4 S C^2 per sequence. Training
+    is 3x the forward (the backward computes gradients for inputs and weights). Embedding lookups,
+    norms and softmax are left out, as is customary (they are a few percent).
+
+    Note: ``torch.utils.flop_counter.FlopCounterMode`` agrees with this on the explicit attention path;
+    on the CPU it does not count PyTorch's fused SDPA kernel at all.
+    """
+    C, F, T, S, V = config.d_model, config.d_ff, tgt_len, src_len, config.vocab_size
+
+    def self_layer(n: int) -> int:
+        return 8 * n * C * C + 4 * n * n * C + 4 * n * C * F
+
+    if src_len:
+        encoder = config.n_encoder_layers * self_layer(S)
+        cross = 4 * T * C * C + 4 * S * C * C + 4 * T * S * C
+        decoder = config.n_decoder_layers * (self_layer(T) + cross)
+        forward = encoder + decoder + 2 * T * C * V
+    else:
+        forward = config.n_decoder_layers * self_layer(T) + 2 * T * C * V
+    return batch_size * forward * (3 if training else 1)
+
+
+def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> float:
+    """Model FLOPs utilisation: the model's FLOPs per second over the hardware's dense peak."""
+    if seconds_per_step <= 0 or peak_flops <= 0:
+        raise ValueError("seconds_per_step and peak_flops must be positive")
+    return flops_per_step / seconds_per_step / peak_flops
