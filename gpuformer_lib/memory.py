@@ -42,7 +42,8 @@ class TrainingMemory:
     def __str__(self) -> str:
         rows = [(name, getattr(self, name)) for name in ("weights", "gradients", "optimizer", "master_weights",
                                                           "activations")] + [("total", self.total)]
-        return "\n".join(f"{name:15} {value / 2**30:9.3f} GiB" for name, value in rows)
+        unit, scale = ("GiB", 2**30) if self.total >= 2**30 else ("MiB", 2**20)
+        return "\n".join(f"{name:15} {value / scale:9.3f} {unit}" for name, value in rows)
 
 
 def training_memory(

@@ -373,3 +373,31 @@ def test_lm_batch(capsys, answer, hint):
 ])
 def test_bucket_batches(capsys, answer, hint):
     run(capsys, ex.check_bucket_batches, answer, hint)
+
+
+# ---- mixed precision (chapter 8)
+
+def _survives(w, u, dtype):
+    return bool((torch.tensor(w, dtype=dtype) + torch.tensor(u, dtype=dtype)) != torch.tensor(w, dtype=dtype))
+
+
+def _scale(scale, overflows, interval):
+    clean = 0
+    for o in overflows:
+        scale, clean = (scale / 2, 0) if o else (scale, clean + 1)
+        if clean == interval:
+            scale, clean = scale * 2, 0
+    return scale
+
+
+@pytest.mark.parametrize("check, answer, hint", [
+    (ex.check_update_survives, _survives, None),
+    (ex.check_update_survives, lambda w, u, d: True, "rounds away"),
+    (ex.check_loss_scale, _scale, None),
+    (ex.check_loss_scale, lambda s, o, i: s / 2 ** sum(o), "restarts the count"),
+    (ex.check_mixed_precision_state, lambda n, mode: 16 * n, None),
+    (ex.check_mixed_precision_state, lambda n, mode: {"fp32": 16, "autocast": 8, "fp16+master": 16}[mode] * n,
+     "Autocast keeps float32 weights"),
+])
+def test_precision_checks(capsys, check, answer, hint):
+    run(capsys, check, answer, hint)

@@ -130,3 +130,27 @@ def test_norms_and_biases_do_not_decay():
 def test_config_errors(changes, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**changes)
+
+
+def test_fp16_scaler_skips_a_step_whose_gradients_overflow():
+    def batches(i):
+        x, y = get_batch(i)
+        if i == 1:
+            x = x.clone()
+            x[0, 0] = -1  # marks the batch; the id is replaced below before the model sees it
+        return x, y
+
+    def guarded(m, batch):
+        x, y = batch
+        marked = bool((x[0, 0] == -1).item())
+        x = x.clamp(min=0)
+        loss, n = loss_fn(m, (x, y))
+        return (loss * float("inf") if marked else loss), n
+
+    config = dataclasses.replace(CONFIG, precision="fp16", grad_clip=None)
+    one, two = model(), model()
+    train(one, guarded, batches, dataclasses.replace(config, max_steps=1))
+    history = train(two, guarded, batches, dataclasses.replace(config, max_steps=2))
+    assert math.isinf(history.loss[1])
+    for a, b in zip(one.parameters(), two.parameters()):
+        assert torch.equal(a, b)  # the overflowing step changed nothing

@@ -14,6 +14,8 @@ from gpuformer_lib.exercises.hardware import (BOUND_OPERATIONS, check_attainable
                                               check_speedup, check_supports_bf16, check_weights_memory)
 from gpuformer_lib.exercises.kernels import (KERNEL_COSTS, check_gelu_kernel, check_kernel_roofline,
                                              check_masked_add)
+from gpuformer_lib.exercises.precision import (check_loss_scale, check_mixed_precision_state,
+                                               check_update_survives)
 from gpuformer_lib.exercises.training import (check_bucket_batches, check_collate, check_label_smoothing,
                                               check_lm_batch, check_masked_cross_entropy, check_warmup_schedule)
 from gpuformer_lib.exercises.transformer import (check_attention, check_causal_mask, check_encoder_layer_parameters,
@@ -27,5 +29,6 @@ __all__ = [
     "check_mha_parameters", "check_padding_mask", "check_residual_block", "check_sinusoidal_encoding",
     "check_split_heads", "KERNEL_COSTS", "check_gelu_kernel", "check_kernel_roofline", "check_masked_add",
     "check_collate", "check_label_smoothing", "check_masked_cross_entropy", "check_warmup_schedule",
-    "check_bucket_batches", "check_lm_batch",
+    "check_bucket_batches", "check_lm_batch", "check_loss_scale", "check_mixed_precision_state",
+    "check_update_survives",
 ]
