@@ -127,6 +127,17 @@ def load_text(name: str = "tinyshakespeare") -> str:
     return data_path(name).read_text(encoding="utf-8")
 
 
+def repeating_patterns(step: int, vocab_size: int, batch_size: int = 32, seq_len: int = 24, period: int = 4,
+                       seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A toy task for quick experiments: each sequence repeats a random pattern of ``period`` tokens, so
+    every token after the first period is predictable. Returns inputs and next-token targets, (B, T)
+    each; the batch is a function of ``seed + step``, so runs can be compared and resumed exactly."""
+    g = torch.Generator().manual_seed(seed + step)
+    pattern = torch.randint(0, vocab_size, (batch_size, period), generator=g)
+    seq = pattern.repeat(1, seq_len // period + 1)[:, : seq_len + 1]
+    return seq[:, :-1], seq[:, 1:]
+
+
 def split(items: Sequence, fractions: tuple[float, float, float] = (0.9, 0.05, 0.05), seed: int = 0) -> tuple[list, list, list]:
     """Shuffle with ``seed`` and split into train, validation and test: the same seed, the same split."""
     if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:

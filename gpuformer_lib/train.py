@@ -15,7 +15,6 @@ Leaves out: data (``data``), models (``model``), decoding and BLEU (``generate``
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -283,14 +282,3 @@ def train(
     bar.close()
     return history
 
-
-@contextlib.contextmanager
-def evaluating(model: nn.Module):
-    """Eval mode and no gradients inside, the previous mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield model
-    finally:
-        model.train(was_training)

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gpuformer_lib.data import repeating_patterns
 from gpuformer_lib.model import DecoderLM, TransformerConfig
 from gpuformer_lib.train import (History, TrainConfig, load_checkpoint, lr_multiplier, parameter_groups, train)
 
@@ -23,10 +24,8 @@ def model(dropout=0.0, seed=0):
                                        dropout=dropout, max_len=32))
 
 
-def get_batch(i, batch_size=16, T=16, period=4):
-    g = torch.Generator().manual_seed(1000 + i)  # the batch is a function of its index
-    seq = torch.randint(0, V, (batch_size, period), generator=g).repeat(1, T // period + 1)[:, : T + 1]
-    return seq[:, :-1], seq[:, 1:]
+def get_batch(i, batch_size=16):
+    return repeating_patterns(i, V, batch_size=batch_size, seq_len=16, seed=1000)  # a function of its index
 
 
 def loss_fn(m, batch):
