@@ -19,6 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from gpuformer_lib.attention import MultiHeadAttention
 
@@ -137,8 +138,14 @@ class LayerStack(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(d_model)
+        self.checkpointing = False
+        """Activation checkpointing (chapter 9): in training, keep only each layer's input and recompute
+        the rest during the backward pass. Set with ``memory.set_activation_checkpointing``."""
 
     def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
         for layer in self.layers:
-            x = layer(x, *args, **kwargs)
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(layer, x, *args, use_reentrant=False, **kwargs)
+            else:
+                x = layer(x, *args, **kwargs)
         return self.norm(x)

@@ -5,11 +5,14 @@ and activations of a training step (mixed precision, optimizer, activation check
 sharding as options), exact for the first three given a model; and :func:`measure_peak_memory`, the
 peak the CUDA allocator saw while a function ran.
 
-The activation estimate follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large
-Transformer Models": per layer about T B C (34 + 5 H T / C) bytes with 16-bit activations and no
-recomputation; with full activation checkpointing only each layer's input is kept, 2 T B C bytes. It
-is an estimate (kernels and allocator add their own temporaries); chapter 9 checks it against
-measurement. Leaves out: communication buffers of distributed training.
+The activation count follows Korthikanti et al. (2022), "Reducing Activation Recomputation in Large
+Transformer Models" (per layer T B C (34 + 5 H T / C) bytes with 16-bit activations and dropout), made
+exact for the course's layers: :class:`SavedActivations` measures what autograd really keeps, on any
+device, and the tests hold the two within a few percent. Temporaries that live only inside one
+operation, and the allocator's rounding, are not in the formula; chapter 9 measures them on a GPU.
+Also here: activation checkpointing, and :func:`fit_micro_batch`, which recovers from out-of-memory by
+trading micro-batch size for accumulation steps. Leaves out: communication buffers of distributed
+training.
 """
 
 from __future__ import annotations
@@ -34,16 +37,54 @@ class TrainingMemory:
     master_weights: int
     """float32 copies of 16-bit weights, when training keeps them (``model.half()`` with a master copy)."""
     activations: int
+    """What the forward pass keeps for the backward pass (the peak sits at the start of backward)."""
+    recomputed: int = 0
+    """With activation checkpointing: one layer's activations, recomputed during the backward pass."""
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.master_weights + self.activations
+        return (self.weights + self.gradients + self.optimizer + self.master_weights + self.activations
+                + self.recomputed)
+
+    def rows(self) -> list[tuple[str, int]]:
+        names = ("weights", "gradients", "optimizer", "master_weights", "activations", "recomputed")
+        return [(name, getattr(self, name)) for name in names] + [("total", self.total)]
 
     def __str__(self) -> str:
-        rows = [(name, getattr(self, name)) for name in ("weights", "gradients", "optimizer", "master_weights",
-                                                          "activations")] + [("total", self.total)]
         unit, scale = ("GiB", 2**30) if self.total >= 2**30 else ("MiB", 2**20)
-        return "\n".join(f"{name:15} {value / scale:9.3f} {unit}" for name, value in rows)
+        return "\n".join(f"{name:15} {value / scale:9.3f} {unit}" for name, value in self.rows())
+
+
+def layer_activation_bytes(*, d_model: int, n_heads: int, seq_len: int, batch_size: int, d_ff: int | None = None,
+                           activation_bytes: int = 4, autocast: bool = False, fused_attention: bool = True,
+                           dropout: bool = False) -> int:
+    """Bytes one pre-LN Transformer layer keeps for its backward pass (the course's ``EncoderLayer``).
+
+    Counted tensor by tensor, as autograd saves them (per token and sequence, C = d_model, F = d_ff):
+    the inputs of the two LayerNorms (the residual stream: float32 under autocast), the inputs of the
+    QKV, output and two feed-forward projections, Q, K and V, and the activation function's input,
+    C (6 + 2) + 2 F values in all. Attention adds, explicit: the softmax output and the masked weights,
+    2 H T values per token; fused (flash) kernels keep only a float32 log-sum-exp, H per token.
+    ``dropout``: one-byte masks, as CUDA keeps them (a CPU keeps full-width masks). ``autocast`` adds
+    the 16-bit copies of the layer's weights that autocast makes and keeps for the backward pass.
+    This is Korthikanti et al. (2022)'s count, 34 T B C + 5 H T^2 B bytes at 16 bits with dropout.
+    """
+    C, H, T, B = d_model, n_heads, seq_len, batch_size
+    F = 4 * C if d_ff is None else d_ff
+    residual = 4 if autocast else activation_bytes
+    tokens = T * B
+    total = tokens * (2 * C * residual + (6 * C + 2 * F) * activation_bytes)
+    if fused_attention:
+        total += 4 * H * tokens
+    else:
+        total += 2 * H * T * tokens * activation_bytes
+    if dropout:
+        total += 2 * C * tokens  # masks after attention and feed-forward
+        if not fused_attention:
+            total += H * T * tokens * (1 + activation_bytes)  # mask and dropped weights
+    if autocast:
+        total += 2 * (4 * C * C + 2 * C * F)  # bf16/fp16 copies of the matrices
+    return total
 
 
 def training_memory(
@@ -56,39 +97,59 @@ def training_memory(
     n_layers: int = 0,
     d_model: int = 0,
     n_heads: int = 1,
+    d_ff: int | None = None,
     seq_len: int = 0,
     batch_size: int = 0,
-    activation_bytes: int = 2,
+    vocab_size: int = 0,
+    activation_bytes: int = 4,
+    autocast: bool = False,
+    fused_attention: bool = True,
+    dropout: bool = False,
     checkpointing: bool = False,
     shard_optimizer: int = 1,
     shard_gradients: int = 1,
     shard_weights: int = 1,
 ) -> TrainingMemory:
-    """Estimate the memory of a training step.
+    """Estimate the memory of a training step of a decoder-only model (``DecoderLM``).
 
-    ``param_bytes``: 4 for float32 weights, 2 for bf16/fp16 weights. ``grad_bytes`` defaults to
-    ``param_bytes``. Mixed precision with autocast keeps float32 weights (``param_bytes=4``) and only
-    activations in 16 bits (``activation_bytes=2``). ``shard_*``: the number of ranks each state is
-    split over (ZeRO stage 1 shards the optimizer, stage 2 also gradients, stage 3 also weights).
+    ``param_bytes``: 4 for float32 weights, 2 for bf16/fp16 weights; ``grad_bytes`` defaults to it.
+    Mixed precision with autocast keeps float32 weights (``param_bytes=4``) and computes in 16 bits:
+    pass ``autocast=True, activation_bytes=2``. ``shard_*``: the number of ranks each state is split
+    over (ZeRO stage 1 shards the optimizer, stage 2 also gradients, stage 3 also weights).
+
+    Activations (when ``n_layers`` is given) are :func:`layer_activation_bytes` per layer, plus the
+    final LayerNorm's and output projection's inputs and the float32 log-probabilities the loss keeps,
+    4 V bytes per token (often the largest single tensor). With ``checkpointing`` only each layer's
+    input is kept, and one layer is recomputed at a time during the backward pass (``recomputed``).
     """
     if optimizer not in _OPTIMIZER_STATE_BYTES:
         raise ValueError(f"optimizer must be one of {sorted(_OPTIMIZER_STATE_BYTES)}, not {optimizer!r}")
     if n_params < 0 or min(shard_optimizer, shard_gradients, shard_weights) < 1:
         raise ValueError("n_params must be >= 0 and every shard count >= 1")
+    if n_layers and min(d_model, n_heads, seq_len, batch_size) < 1:
+        raise ValueError("activations need d_model, n_heads, seq_len and batch_size (all >= 1) with n_layers")
     grad_bytes = param_bytes if grad_bytes is None else grad_bytes
-    per_layer = 0
+    activations = recomputed = 0
     if n_layers:
+        layer = layer_activation_bytes(d_model=d_model, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,
+                                       d_ff=d_ff, activation_bytes=activation_bytes, autocast=autocast,
+                                       fused_attention=fused_attention, dropout=dropout)
+        tokens = seq_len * batch_size
+        residual = 4 if autocast else activation_bytes
+        head = tokens * (d_model * (residual + activation_bytes) + 4 * vocab_size)
+        if autocast:
+            head += 2 * vocab_size * d_model  # 16-bit copy of the output projection
         if checkpointing:
-            per_layer = 2 * seq_len * batch_size * d_model  # the layer's input, in 16 bits
+            activations, recomputed = n_layers * tokens * d_model * residual + head, layer
         else:
-            per_layer = seq_len * batch_size * d_model * (34 + 5 * n_heads * seq_len / d_model)
-        per_layer = per_layer * activation_bytes / 2
+            activations = n_layers * layer + head
     return TrainingMemory(
         weights=n_params * param_bytes // shard_weights,
         gradients=n_params * grad_bytes // shard_gradients,
         optimizer=n_params * _OPTIMIZER_STATE_BYTES[optimizer] // shard_optimizer,
         master_weights=(n_params * 4 // shard_optimizer) if master_weights else 0,
-        activations=int(n_layers * per_layer),
+        activations=int(activations),
+        recomputed=int(recomputed),
     )
 
 
@@ -119,3 +180,110 @@ def measure_peak_memory(fn: Callable[[], object], device: torch.device | str = "
     fn()
     torch.cuda.synchronize(device)
     return torch.cuda.max_memory_allocated(device) - before
+
+
+# --------------------------------------------------------------------------- measuring activations on any device
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+    storage = t.untyped_storage()
+    return str(t.device), storage.data_ptr()
+
+
+class SavedActivations:
+    """Counts the bytes autograd keeps for the backward pass (``torch.autograd.graph.saved_tensors_hooks``).
+
+    Works on every device, the CPU included: each tensor saved for backward is counted once per
+    storage (a view and its base are one allocation), the model's own parameters are not counted.
+    With ``cap`` (bytes), saving past it raises ``torch.OutOfMemoryError``: a simulated memory limit,
+    for trying out-of-memory handling where no GPU is present.
+
+        with SavedActivations(model) as saved:
+            loss = model(ids).sum()
+        saved.bytes   # what the backward pass will need
+    """
+
+    def __init__(self, model: nn.Module | None = None, cap: int | None = None):
+        self.cap = cap
+        self.bytes = 0
+        self._seen: set[tuple[str, int]] = set()
+        self._params = {_storage_key(p) for p in model.parameters()} if model is not None else set()
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(t)
+        if key not in self._seen and key not in self._params:
+            self._seen.add(key)
+            self.bytes += t.untyped_storage().nbytes()
+            if self.cap is not None and self.bytes > self.cap:
+                raise torch.OutOfMemoryError(
+                    f"simulated out of memory: activations need more than the cap of {self.cap / 2**20:.1f} MiB")
+        return t
+
+    def __enter__(self) -> "SavedActivations":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hooks.__exit__(*exc)
+
+
+def set_activation_checkpointing(model: nn.Module, enabled: bool = True) -> int:
+    """Turn activation checkpointing on or off in every layer stack of a course model; returns how many
+    stacks were changed (0 means the model has none, and nothing happened)."""
+    stacks = [m for m in model.modules() if hasattr(m, "checkpointing") and isinstance(m, nn.Module)]
+    for stack in stacks:
+        stack.checkpointing = enabled
+    return len(stacks)
+
+
+# --------------------------------------------------------------------------- out of memory: recover with accumulation
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for an allocator out-of-memory error (CUDA, MPS, or the simulated one of SavedActivations)."""
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
+def free_cached_memory() -> None:
+    """Give cached blocks back after an out-of-memory error, so the next try starts clean."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def fit_micro_batch(try_step: Callable[[int], object], batch_size: int, *, min_micro_batch: int = 1,
+                    verbose: bool = True) -> tuple[int, int]:
+    """Find the largest micro-batch that fits, keeping the effective batch ``batch_size``.
+
+    ``try_step(micro_batch)`` runs one training step with that micro-batch (and ``batch_size //
+    micro_batch`` accumulation steps). On an out-of-memory error the micro-batch is halved and the
+    accumulation doubled, so the optimizer still sees the same batch. Returns ``(micro_batch,
+    accumulation_steps)``. Other errors pass through unchanged.
+    """
+    if batch_size < 1 or min_micro_batch < 1:
+        raise ValueError("batch_size and min_micro_batch must be at least 1")
+    micro = batch_size
+    while True:
+        failed = None
+        try:
+            try_step(micro)
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is handled; the rest is re-raised
+            if not is_out_of_memory(error):
+                raise
+            failed = str(error).splitlines()[0]
+        # outside the except block: the traceback (and the tensors its frames hold) is gone now
+        if failed is None:
+            return micro, batch_size // micro
+        free_cached_memory()
+        if micro // 2 < min_micro_batch or micro % 2:
+            raise torch.OutOfMemoryError(
+                f"a micro-batch of {micro} does not fit ({failed}) and it cannot be halved further: shorten "
+                "the sequences, turn on activation checkpointing (set_activation_checkpointing), train in bf16, "
+                "or shard the model over more GPUs")
+        if verbose:
+            print(f"micro-batch {micro}: out of memory; trying {micro // 2} x {batch_size // (micro // 2)} "
+                  "accumulation steps")
+        micro //= 2

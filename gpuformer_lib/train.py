@@ -52,7 +52,12 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     """Clip the global gradient norm to this; None to not clip (the norm is still recorded)."""
     grad_accum_steps: int = 1
-    """Micro-batches per optimizer step; the loss is divided by it so gradients equal one large batch."""
+    """Micro-batches per optimizer step, whose gradients add up before the step (chapter 9)."""
+    normalize_by: str = "micro_batches"
+    """How accumulated gradients are averaged. 'micro_batches': each micro-batch's mean loss is divided
+    by grad_accum_steps, exact when every micro-batch has as many tokens. 'tokens': each loss is
+    weighted by its token count and the sum divided by the step's total, so the gradient equals one
+    large batch's however the padding falls."""
     precision: str = "fp32"
     """'fp32', or autocast in 'bf16' or 'fp16' (fp16 with dynamic loss scaling)."""
     log_every: int = 10
@@ -71,6 +76,8 @@ class TrainConfig:
             raise ValueError("need max_steps >= 1, lr > 0, warmup_steps >= 0 and grad_accum_steps >= 1")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.schedule!r}")
+        if self.normalize_by not in ("micro_batches", "tokens"):
+            raise ValueError(f"normalize_by must be 'micro_batches' or 'tokens', not {self.normalize_by!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, not {self.precision!r}")
         if self.schedule == "inverse_sqrt" and self.warmup_steps == 0:
@@ -227,6 +234,7 @@ def train(
     if start >= config.max_steps:
         return history
     params = [p for p in model.parameters() if p.requires_grad]
+    by_tokens = config.normalize_by == "tokens"
     pending: list[tuple[int, torch.Tensor, torch.Tensor, float, torch.Tensor]] = []  # read back every log_every steps
     tokens = torch.tensor(history.tokens[-1] if history.tokens else 0, device=device)  # stays on the device
 
@@ -245,14 +253,21 @@ def train(
     for step in bar:
         model.train()
         step_loss = torch.zeros((), device=device)
+        step_tokens = torch.zeros((), device=device)
         for micro in range(config.grad_accum_steps):
             batch = _move(get_batch(step * config.grad_accum_steps + micro), device)
             with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                 loss, n_tokens = loss_fn(model, batch)
-            scaler.scale(loss / config.grad_accum_steps).backward()
-            step_loss += loss.detach() / config.grad_accum_steps
-            tokens += n_tokens
+            weight = n_tokens if by_tokens else 1 / config.grad_accum_steps
+            scaler.scale(loss * weight).backward()
+            step_loss += loss.detach() * weight
+            step_tokens += n_tokens
+        tokens += step_tokens.to(tokens.dtype)
         scaler.unscale_(optimizer)
+        if by_tokens:  # sum of (tokens x mean loss) over the step's total tokens: one large batch's mean
+            grads = [p.grad for p in params if p.grad is not None]
+            torch._foreach_div_(grads, step_tokens)
+            step_loss /= step_tokens
         norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip if config.grad_clip else float("inf"))
         lr = optimizer.param_groups[0]["lr"]
         scaler.step(optimizer)

@@ -1,13 +1,16 @@
 """The FLOPs formula against PyTorch's FLOP counter, MFU, and the memory calculator against the bytes
 a real model and optimizer hold."""
 
+import functools
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpuformer_lib import bench
 from gpuformer_lib.attention import MultiHeadAttention
-from gpuformer_lib.memory import measure_peak_memory, model_state_bytes, training_memory
+from gpuformer_lib.memory import (SavedActivations, fit_micro_batch, layer_activation_bytes, measure_peak_memory,
+                                  model_state_bytes, set_activation_checkpointing, training_memory)
 from gpuformer_lib.model import DecoderLM, Transformer, TransformerConfig, count_parameters
 
 CONFIG = TransformerConfig(vocab_size=50, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_ff=72,
@@ -65,12 +68,105 @@ def test_calculator_options():
     assert (base.weights, base.gradients, base.optimizer, base.total) == (4_000_000, 4_000_000, 8_000_000, 16_000_000)
     zero2 = training_memory(1_000_000, optimizer="adamw", shard_optimizer=4, shard_gradients=4)
     assert zero2.optimizer == 2_000_000 and zero2.gradients == 1_000_000 and zero2.weights == 4_000_000
-    act = dict(n_layers=12, d_model=768, n_heads=12, seq_len=1024, batch_size=8)
+    T, B, C, H = 1024, 8, 768, 12
+    # Korthikanti et al.'s 34 T B C + 5 H T^2 B bytes (16 bits, dropout), plus the masked-weights copy
+    # (2 H T^2 B) that the course's explicit attention keeps
+    layer = layer_activation_bytes(d_model=C, n_heads=H, seq_len=T, batch_size=B, activation_bytes=2,
+                                   fused_attention=False, dropout=True)
+    assert layer == 34 * T * B * C + 7 * H * T * T * B
+    act = dict(n_layers=12, d_model=C, n_heads=H, seq_len=T, batch_size=B, vocab_size=50257, activation_bytes=2)
     full, ckpt = training_memory(0, **act), training_memory(0, checkpointing=True, **act)
-    assert full.activations == int(12 * 1024 * 8 * 768 * (34 + 5 * 12 * 1024 / 768))
-    assert ckpt.activations == 12 * 2 * 1024 * 8 * 768 and ckpt.activations < full.activations / 10
+    head = T * B * (4 * C + 4 * 50257)
+    assert full.activations == 12 * layer_activation_bytes(d_model=C, n_heads=H, seq_len=T, batch_size=B,
+                                                           activation_bytes=2) + head
+    assert ckpt.activations == 12 * 2 * T * B * C + head and ckpt.recomputed < full.activations / 12
     with pytest.raises(ValueError, match="optimizer must be"):
         training_memory(10, optimizer="lion")
+    with pytest.raises(ValueError, match="seq_len"):
+        training_memory(10, n_layers=2, d_model=8)
+
+
+def lm_and_batch(fused=True, checkpointing=False, V=300, C=64, H=4, L=3, B=3, T=40):
+    torch.manual_seed(0)
+    lm = DecoderLM(TransformerConfig(vocab_size=V, d_model=C, n_heads=H, n_decoder_layers=L, d_ff=4 * C,
+                                     dropout=0.0, max_len=64, activation="gelu"))
+    for m in lm.modules():
+        if isinstance(m, MultiHeadAttention):
+            m.use_sdpa = fused
+    assert set_activation_checkpointing(lm, checkpointing) == 1
+    ids = torch.randint(0, V, (B, T))
+    estimate = functools.partial(training_memory, 0, n_layers=L, d_model=C, n_heads=H, seq_len=T, batch_size=B,
+                                 vocab_size=V, fused_attention=fused, checkpointing=checkpointing)
+    return lm, ids, estimate
+
+
+def loss_of(lm, ids):
+    return torch.nn.functional.cross_entropy(lm(ids).flatten(0, 1), ids.flatten())
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("checkpointing", [False, True])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_activation_formula_matches_what_autograd_keeps(fused, checkpointing, bf16):
+    lm, ids, estimate = lm_and_batch(fused, checkpointing)
+    with SavedActivations(lm) as saved, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss_of(lm, ids)
+    predicted = estimate(activation_bytes=2 if bf16 else 4, autocast=bf16).activations
+    assert abs(predicted - saved.bytes) / saved.bytes < 0.02, (predicted, saved.bytes)
+
+
+def test_checkpointing_saves_memory_and_gives_the_same_gradients():
+    grads, kept = [], []
+    for checkpointing in (False, True):
+        lm, ids, _ = lm_and_batch(checkpointing=checkpointing)
+        with SavedActivations(lm) as saved:
+            loss = loss_of(lm, ids)
+        loss.backward()
+        grads.append([p.grad for p in lm.parameters()])
+        kept.append(saved.bytes)
+    assert kept[1] < kept[0] / 2
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_simulated_cap_raises_out_of_memory():
+    lm, ids, _ = lm_and_batch()
+    with pytest.raises(torch.OutOfMemoryError, match="simulated"):
+        with SavedActivations(lm, cap=100_000):
+            loss_of(lm, ids)
+
+
+def test_fit_micro_batch_recovers_from_out_of_memory():
+    lm, ids, estimate = lm_and_batch(B=16)
+    cap = estimate(batch_size=5).activations  # room for a micro-batch of 4, not 8
+    tried = []
+
+    def step(micro):
+        tried.append(micro)
+        lm.zero_grad(set_to_none=True)
+        for chunk in ids.split(micro):
+            with SavedActivations(lm, cap=cap):
+                loss = loss_of(lm, chunk) * len(chunk) / len(ids)
+            loss.backward()
+
+    assert fit_micro_batch(step, 16, verbose=False) == (4, 4)
+    assert tried == [16, 8, 4]
+
+
+def test_fit_micro_batch_errors():
+    def never_fits(micro):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError, match="cannot be halved further"):
+        fit_micro_batch(never_fits, 8, verbose=False)
+
+    def broken(micro):
+        raise KeyError("not a memory problem")
+
+    with pytest.raises(KeyError):  # other errors are not swallowed
+        fit_micro_batch(broken, 8, verbose=False)
+    with pytest.raises(ValueError):
+        fit_micro_batch(never_fits, 0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without a GPU")

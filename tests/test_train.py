@@ -75,6 +75,37 @@ def test_gradient_accumulation_equals_one_large_batch():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def padded_batch(i):
+    """Eight sequences whose padding differs a lot between the two halves of the batch."""
+    x, y = get_batch(i, batch_size=8)
+    lengths = torch.tensor([16, 15, 14, 16, 3, 2, 5, 4])
+    padding = torch.arange(16) >= lengths[:, None]
+    return x, y, padding
+
+
+def masked_loss_fn(m, batch):
+    x, y, padding = batch
+    logits = m(x, padding_mask=padding)
+    real = ~padding
+    return F.cross_entropy(logits[real], y[real]), real.sum()
+
+
+@pytest.mark.parametrize("normalize_by, equal", [("tokens", True), ("micro_batches", False)])
+def test_accumulation_with_uneven_padding(normalize_by, equal):
+    big = dataclasses.replace(CONFIG, max_steps=1, warmup_steps=0, schedule="constant", grad_clip=None,
+                              lr=1e-2, normalize_by=normalize_by)
+    m1, m2 = model(), model()
+    h1 = train(m1, masked_loss_fn, lambda i: padded_batch(0), big)
+    halves = lambda i: tuple(t[4 * i: 4 * (i + 1)] for t in padded_batch(0))  # noqa: E731
+    h2 = train(m2, masked_loss_fn, halves, dataclasses.replace(big, grad_accum_steps=2))
+    assert h1.tokens == h2.tokens == [int((~padded_batch(0)[2]).sum())]
+    gap = max((a - b).abs().max().item() for a, b in zip(m1.parameters(), m2.parameters()))
+    if equal:  # the token-weighted mean is the large batch's loss, so the update is the same
+        assert gap < 1e-6 and abs(h1.loss[0] - h2.loss[0]) < 1e-5
+    else:  # the mean of two means over-weights the short (padded) half: a different update
+        assert gap > 1e-4
+
+
 def test_token_counts_may_stay_on_the_device():
     def tensor_count_loss(m, batch):
         loss, n = loss_fn(m, batch)
@@ -125,6 +156,7 @@ def test_norms_and_biases_do_not_decay():
     (dict(schedule="inverse_sqrt", warmup_steps=0), "warmup_steps > 0"),
     (dict(checkpoint_every=10), "checkpoint_path"),
     (dict(grad_clip=0.0), "grad_clip"),
+    (dict(normalize_by="sequences"), "normalize_by"),
 ])
 def test_config_errors(changes, message):
     with pytest.raises(ValueError, match=message):
