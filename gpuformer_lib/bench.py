@@ -7,16 +7,20 @@ Covers:
   (:func:`measure_copy_bandwidth`, :func:`measure_transfer_bandwidth`);
 - a table of datasheet dense peaks for common NVIDIA GPUs, looked up by the detected GPU's name
   (:func:`lookup_gpu_peak`, :func:`peak_flops`), never one GPU hard-coded;
-- the roofline model (:func:`attainable_flops`) and speedup = time before / time after.
+- the roofline model (:func:`attainable_flops`) and speedup = time before / time after;
+- FLOPs of a Transformer training step (:func:`transformer_flops`) and :func:`mfu`;
+- monitoring and profiling: :func:`nvml_sample` (utilisation, memory, power), :func:`profile_steps`
+  (``torch.profiler`` with a schedule, writing a Perfetto trace) and :func:`profile_table`.
 
-Leaves out: FLOP counts of whole models and MFU of a training step (added with the profiling
-chapter), plots (``viz``). Imports nothing else of the library.
+``python -m gpuformer_lib.bench`` runs the training ladder of chapter 10 (:mod:`gpuformer_lib.ladder`).
+Leaves out: plots (``viz``). Imports nothing else of the library (the command imports the ladder).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import statistics
 import time
@@ -354,3 +358,90 @@ def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> fl
     if seconds_per_step <= 0 or peak_flops <= 0:
         raise ValueError("seconds_per_step and peak_flops must be positive")
     return flops_per_step / seconds_per_step / peak_flops
+
+
+# --------------------------------------------------------------------------- monitoring and profiling
+
+
+def nvml_sample(device: torch.device | str | int = 0) -> dict[str, float] | None:
+    """GPU utilisation (%), memory in use (GiB), power (W) and temperature (C) from NVML, the driver's
+    monitoring library; None where there is no NVIDIA GPU or no ``pynvml`` (``pip install nvidia-ml-py``).
+
+    Utilisation is the share of the last sample period in which *any* kernel ran: 100 % does not mean
+    the GPU's units were busy (MFU says that).
+    """
+    if not torch.cuda.is_available():
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    index = torch.device(device).index if not isinstance(device, int) else device
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
+        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        sample = {"utilization_pct": float(util.gpu), "memory_used_gib": mem.used / 2**30,
+                  "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
+                  "temperature_c": float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))}
+    except pynvml.NVMLError:
+        return None
+    return sample
+
+
+def profile_steps(step: Callable[[], object], *, wait: int = 1, warmup: int = 1, active: int = 3,
+                  trace_path: str | os.PathLike | None = None, device: torch.device | str | None = None,
+                  record_shapes: bool = False, profile_memory: bool = False, with_stack: bool = False):
+    """Run ``step()`` ``wait + warmup + active`` times under ``torch.profiler`` with a schedule and
+    return the profiler, whose ``key_averages()`` covers the ``active`` steps.
+
+    The first ``wait`` steps are not recorded, the ``warmup`` ones are recorded and thrown away (the
+    profiler's own start-up cost lands there). With ``trace_path`` a Chrome/Perfetto trace of the
+    active steps is written there (open it in https://ui.perfetto.dev), atomically.
+    """
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    if wait < 0 or warmup < 0 or active < 1:
+        raise ValueError(f"need wait >= 0, warmup >= 0 and active >= 1; got {wait}, {warmup}, {active}")
+    activities = [ProfilerActivity.CPU]
+    if device is not None and torch.device(device).type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+
+    def write_trace(prof) -> None:
+        if trace_path is None:
+            return
+        path = os.fspath(trace_path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}.json"
+        prof.export_chrome_trace(tmp)
+        os.replace(tmp, path)
+
+    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active),
+                 on_trace_ready=write_trace, record_shapes=record_shapes, profile_memory=profile_memory,
+                 with_stack=with_stack) as prof:
+        for _ in range(wait + warmup + active):
+            with torch.profiler.record_function("train_step"):
+                step()
+            synchronize(device)
+            prof.step()
+    return prof
+
+
+def profile_table(prof, *, row_limit: int = 12, device: torch.device | str | None = None) -> str:
+    """The profiler's operator table, sorted by the time each operator itself took on the device that
+    matters (the GPU when there is one, else the CPU)."""
+    on_gpu = device is not None and torch.device(device).type == "cuda"
+    key = "self_cuda_time_total" if on_gpu else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=row_limit, max_name_column_width=48)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpuformer_lib.bench``: run the training ladder (see :mod:`gpuformer_lib.ladder`)."""
+    from gpuformer_lib.ladder import main as ladder_main
+
+    return ladder_main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -108,6 +108,11 @@ class TokenEmbedding(nn.Embedding):
     N(0, 1), would make them of order sqrt(C) and the first losses far above log(vocab_size)).
     """
 
+    check_ids = True
+    """Check that ids are in range. On a GPU reading the minimum and maximum back is a host sync each
+    forward pass (chapter 10 measures what it costs); tuned training loops turn it off, and compiled
+    models skip it."""
+
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight, std=self.embedding_dim ** -0.5)
         self._fill_padding_idx_with_zero()
@@ -117,7 +122,7 @@ class TokenEmbedding(nn.Embedding):
             raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
         if ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"token ids must be integers (torch.long), got {ids.dtype}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+        if self.check_ids and not torch.compiler.is_compiling() and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
             raise ValueError(f"token ids must lie in [0, {self.num_embeddings}), got values from "
                              f"{int(ids.min())} to {int(ids.max())}: check the vocabulary size in the config")
         return super().forward(ids) * math.sqrt(self.embedding_dim)
