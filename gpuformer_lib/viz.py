@@ -141,3 +141,107 @@ def attention_explorer(weights, query_labels: Sequence[str], key_labels: Sequenc
     widgets.jslink((head_pick, "value"), (heads, "selected_index"))
     widgets.jslink((query_pick, "value"), (queries, "selected_index"))
     return widgets.HBox([widgets.VBox([head_pick, heads]), widgets.VBox([query_pick, queries])])
+
+
+# --------------------------------------------------------------------------- the memory calculator (chapter 9)
+
+GPU_MEMORY_GIB = {"Colab T4 (16 GB)": 15.0, "A100 40GB": 39.4, "A100 80GB / H100 80GB": 79.1, "H200 (141 GB)": 139.8}
+"""Usable memory of common GPUs in GiB (what ``torch.cuda.get_device_properties`` reports)."""
+
+PRECISION_SETTINGS = {
+    "fp32": dict(param_bytes=4, activation_bytes=4),
+    "bf16 autocast (fp32 weights)": dict(param_bytes=4, activation_bytes=2, autocast=True),
+    "bf16 weights + fp32 master copy": dict(param_bytes=2, activation_bytes=2, master_weights=True),
+}
+
+
+def memory_report_html(memory, gpu_gib: float | None = None, title: str = "") -> str:
+    """An HTML table of a ``TrainingMemory`` with a bar per row, and whether it fits ``gpu_gib``."""
+    total = max(memory.total, 1)
+    rows = []
+    for name, value in memory.rows():
+        width = 100 * value / total
+        bar = (f'<div style="background:#4c72b0;height:0.8em;width:{width:.1f}%"></div>' if name != "total" else "")
+        rows.append(f"<tr><td>{name.replace('_', ' ')}</td><td style='text-align:right'>{value / 2**30:.2f} GiB</td>"
+                    f"<td style='width:50%'>{bar}</td></tr>")
+    verdict = ""
+    if gpu_gib:
+        spare = gpu_gib - memory.total / 2**30
+        verdict = (f"<p>Fits in {gpu_gib:.1f} GiB with {spare:.1f} GiB to spare (before the CUDA context, about "
+                   "0.5 GiB, and the allocator's fragmentation).</p>" if spare > 0 else
+                   f"<p><b>Does not fit</b> in {gpu_gib:.1f} GiB: {-spare:.1f} GiB over.</p>")
+    head = f"<p><b>{title}</b></p>" if title else ""
+    return f"{head}<table>{''.join(rows)}</table>{verdict}"
+
+
+def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_len: int = 1024):
+    """An ipywidgets calculator of training memory (``memory.training_memory``) for a ``DecoderLM``:
+    model, micro-batch, sequence length, precision, optimizer, attention kernel, activation
+    checkpointing, ZeRO stage and ranks, and a GPU to compare with.
+
+    ``models`` maps a name to a ``TransformerConfig`` (default: GPT-2 small, medium and XL sizes).
+    Parameters are counted exactly on a model built on the ``meta`` device (no memory allocated).
+    The result is an HTML widget, so the book shows the first setting; the controls recompute in a
+    running notebook.
+    """
+    import ipywidgets as widgets
+    import torch
+
+    from gpuformer_lib.memory import training_memory
+    from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters
+
+    if models is None:
+        gpt2 = dict(vocab_size=50304, dropout=0.0, max_len=1024, activation="gelu", positional="learned")
+        models = {
+            "GPT-2 small (12 x 768)": TransformerConfig(d_model=768, n_heads=12, n_decoder_layers=12, d_ff=3072, **gpt2),
+            "GPT-2 medium (24 x 1024)": TransformerConfig(d_model=1024, n_heads=16, n_decoder_layers=24, d_ff=4096,
+                                                          **gpt2),
+            "GPT-2 XL (48 x 1600)": TransformerConfig(d_model=1600, n_heads=25, n_decoder_layers=48, d_ff=6400, **gpt2),
+        }
+    counts = {}
+
+    def n_params(name: str) -> int:
+        if name not in counts:
+            with torch.device("meta"):
+                counts[name] = count_parameters(DecoderLM(models[name]))
+        return counts[name]
+
+    style = {"description_width": "150px"}
+    layout = widgets.Layout(width="480px")
+    model = widgets.Dropdown(options=list(models), description="model", style=style, layout=layout)
+    batch = widgets.IntSlider(batch_size, 1, 64, description="micro-batch", style=style, layout=layout)
+    length = widgets.Dropdown(options=[128, 256, 512, 1024, 2048, 4096, 8192], value=seq_len,
+                              description="sequence length", style=style, layout=layout)
+    precision = widgets.Dropdown(options=list(PRECISION_SETTINGS), description="precision", style=style,
+                                 layout=layout)
+    optimizer = widgets.Dropdown(options=["adamw", "sgd_momentum", "sgd"], description="optimizer", style=style,
+                                 layout=layout)
+    fused = widgets.Checkbox(True, description="fused (flash) attention", style=style)
+    checkpointing = widgets.Checkbox(False, description="activation checkpointing", style=style)
+    zero = widgets.Dropdown(options=[("none", 0), ("ZeRO-1: optimizer", 1), ("ZeRO-2: + gradients", 2),
+                                     ("ZeRO-3 / FSDP: + weights", 3)], description="sharding", style=style,
+                            layout=layout)
+    ranks = widgets.Dropdown(options=[1, 2, 4, 8, 16, 64], value=8, description="ranks sharded over", style=style,
+                             layout=layout)
+    gpu = widgets.Dropdown(options=list(GPU_MEMORY_GIB), value="A100 80GB / H100 80GB", description="GPU",
+                           style=style, layout=layout)
+    out = widgets.HTML()
+
+    def update(_=None) -> None:
+        c = models[model.value]
+        stage, n = zero.value, ranks.value if zero.value else 1
+        mem = training_memory(
+            n_params(model.value), optimizer=optimizer.value, n_layers=c.n_decoder_layers, d_model=c.d_model,
+            n_heads=c.n_heads, d_ff=c.d_ff, seq_len=length.value, batch_size=batch.value, vocab_size=c.vocab_size,
+            fused_attention=fused.value, checkpointing=checkpointing.value, shard_optimizer=n if stage >= 1 else 1,
+            shard_gradients=n if stage >= 2 else 1, shard_weights=n if stage >= 3 else 1,
+            **PRECISION_SETTINGS[precision.value])
+        title = (f"{model.value}: {n_params(model.value) / 1e6:.0f} M parameters, {batch.value} x {length.value} "
+                 "tokens per micro-batch, per GPU")
+        out.value = memory_report_html(mem, GPU_MEMORY_GIB[gpu.value], title)
+
+    controls = [model, batch, length, precision, optimizer, fused, checkpointing, zero, ranks, gpu]
+    for control in controls:
+        control.observe(update, names="value")
+    update()
+    return widgets.HBox([widgets.VBox(controls), out])

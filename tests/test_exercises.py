@@ -401,3 +401,36 @@ def _scale(scale, overflows, interval):
 ])
 def test_precision_checks(capsys, check, answer, hint):
     run(capsys, check, answer, hint)
+
+
+def _plan(batch, fits):
+    micro = batch
+    while not fits(micro):
+        if micro == 1:
+            raise torch.OutOfMemoryError("even one sequence does not fit: shorten it or turn on checkpointing")
+        micro //= 2
+    return micro, batch // micro
+
+
+def _plan_no_error(batch, fits):
+    micro = batch
+    while micro > 1 and not fits(micro):
+        micro //= 2
+    return micro, batch // micro
+
+
+def _layer_bytes(C, H, T, B):
+    return T * B * (16 * C * 4 + 4 * H)
+
+
+@pytest.mark.parametrize("check, answer, hint", [
+    (ex.check_accumulated_loss, lambda ls, ns: sum(l * n for l, n in zip(ls, ns)) / sum(ns), None),
+    (ex.check_accumulated_loss, lambda ls, ns: sum(ls) / len(ls), "mean of the means"),
+    (ex.check_layer_activation_prediction, _layer_bytes, None),
+    (ex.check_layer_activation_prediction, lambda C, H, T, B: T * B * 34 * C, "float32 values per token"),
+    (ex.check_micro_batch_plan, _plan, None),
+    (ex.check_micro_batch_plan, lambda b, fits: (1, b), "expected"),
+    (ex.check_micro_batch_plan, _plan_no_error, "raise torch.OutOfMemoryError"),
+])
+def test_memory_checks(capsys, check, answer, hint):
+    run(capsys, check, answer, hint)

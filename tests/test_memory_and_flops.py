@@ -179,3 +179,19 @@ def test_peak_memory_needs_cuda():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_peak_memory_on_gpu():
     assert measure_peak_memory(lambda: torch.empty(2**28, dtype=torch.uint8, device="cuda")) >= 2**28
+
+
+def test_memory_calculator_widget_recomputes():
+    pytest.importorskip("ipywidgets")
+    from gpuformer_lib.viz import memory_calculator
+
+    box = memory_calculator()
+    controls, out = box.children
+    assert "124 M parameters" in out.value and "Fits in 79.1 GiB" in out.value
+    by_name = {c.description: c for c in controls.children}
+    by_name["model"].value = "GPT-2 XL (48 x 1600)"
+    by_name["micro-batch"].value = 32
+    assert "Does not fit" in out.value
+    before = out.value
+    by_name["activation checkpointing"].value = True
+    assert out.value != before

@@ -14,6 +14,8 @@ from gpuformer_lib.exercises.hardware import (BOUND_OPERATIONS, check_attainable
                                               check_speedup, check_supports_bf16, check_weights_memory)
 from gpuformer_lib.exercises.kernels import (KERNEL_COSTS, check_gelu_kernel, check_kernel_roofline,
                                              check_masked_add)
+from gpuformer_lib.exercises.memory import (check_accumulated_loss, check_layer_activation_prediction,
+                                            check_micro_batch_plan)
 from gpuformer_lib.exercises.precision import (check_loss_scale, check_mixed_precision_state,
                                                check_update_survives)
 from gpuformer_lib.exercises.training import (check_bucket_batches, check_collate, check_label_smoothing,
@@ -30,5 +32,5 @@ __all__ = [
     "check_split_heads", "KERNEL_COSTS", "check_gelu_kernel", "check_kernel_roofline", "check_masked_add",
     "check_collate", "check_label_smoothing", "check_masked_cross_entropy", "check_warmup_schedule",
     "check_bucket_batches", "check_lm_batch", "check_loss_scale", "check_mixed_precision_state",
-    "check_update_survives",
+    "check_update_survives", "check_accumulated_loss", "check_layer_activation_prediction", "check_micro_batch_plan",
 ]
