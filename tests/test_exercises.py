@@ -434,3 +434,20 @@ def _layer_bytes(C, H, T, B):
 ])
 def test_memory_checks(capsys, check, answer, hint):
     run(capsys, check, answer, hint)
+
+
+def _flops(c, B, T):
+    C, F, V = c.d_model, c.d_ff, c.vocab_size
+    return 3 * B * T * (c.n_decoder_layers * (8 * C * C + 4 * C * F + 4 * T * C) + 2 * C * V)
+
+
+@pytest.mark.parametrize("check, answer, hint", [
+    (ex.check_training_flops, _flops, None),
+    (ex.check_training_flops, lambda c, B, T: _flops(c, B, T) / 3, "forward pass only"),
+    (ex.check_mfu_hfu, lambda f, s, p, ck: (f / s / p, f / s / p * (4 / 3 if ck else 1)), None),
+    (ex.check_mfu_hfu, lambda f, s, p, ck: (f / s / p, f / s / p), "Recomputing"),
+    (ex.check_training_plan, lambda n, h, f, p: (n / h / 3600, n / h / 3600 * f / p), None),
+    (ex.check_training_plan, lambda n, h, f, p: (n / h / 60, n / h / 60 * f / p), "3600 seconds"),
+])
+def test_profiling_checks(capsys, check, answer, hint):
+    run(capsys, check, answer, hint)

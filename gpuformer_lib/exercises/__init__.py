@@ -16,6 +16,7 @@ from gpuformer_lib.exercises.kernels import (KERNEL_COSTS, check_gelu_kernel, ch
                                              check_masked_add)
 from gpuformer_lib.exercises.memory import (check_accumulated_loss, check_layer_activation_prediction,
                                             check_micro_batch_plan)
+from gpuformer_lib.exercises.profiling import check_mfu_hfu, check_training_flops, check_training_plan
 from gpuformer_lib.exercises.precision import (check_loss_scale, check_mixed_precision_state,
                                                check_update_survives)
 from gpuformer_lib.exercises.training import (check_bucket_batches, check_collate, check_label_smoothing,
@@ -33,4 +34,5 @@ __all__ = [
     "check_collate", "check_label_smoothing", "check_masked_cross_entropy", "check_warmup_schedule",
     "check_bucket_batches", "check_lm_batch", "check_loss_scale", "check_mixed_precision_state",
     "check_update_survives", "check_accumulated_loss", "check_layer_activation_prediction", "check_micro_batch_plan",
+    "check_mfu_hfu", "check_training_flops", "check_training_plan",
 ]
