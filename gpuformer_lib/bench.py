@@ -392,13 +392,15 @@ def nvml_sample(device: torch.device | str | int = 0) -> dict[str, float] | None
 
 def profile_steps(step: Callable[[], object], *, wait: int = 1, warmup: int = 1, active: int = 3,
                   trace_path: str | os.PathLike | None = None, device: torch.device | str | None = None,
-                  record_shapes: bool = False, profile_memory: bool = False, with_stack: bool = False):
+                  record_shapes: bool = False, profile_memory: bool = False, with_stack: bool = False,
+                  quiet: bool = True):
     """Run ``step()`` ``wait + warmup + active`` times under ``torch.profiler`` with a schedule and
     return the profiler, whose ``key_averages()`` covers the ``active`` steps.
 
     The first ``wait`` steps are not recorded, the ``warmup`` ones are recorded and thrown away (the
     profiler's own start-up cost lands there). With ``trace_path`` a Chrome/Perfetto trace of the
-    active steps is written there (open it in https://ui.perfetto.dev), atomically.
+    active steps is written there (open it in https://ui.perfetto.dev), atomically. ``quiet`` hides
+    the lines the profiler's native code prints when it starts and stops.
     """
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -417,15 +419,37 @@ def profile_steps(step: Callable[[], object], *, wait: int = 1, warmup: int = 1,
         prof.export_chrome_trace(tmp)
         os.replace(tmp, path)
 
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active),
-                 on_trace_ready=write_trace, record_shapes=record_shapes, profile_memory=profile_memory,
-                 with_stack=with_stack) as prof:
+    with _native_stderr_silenced(quiet), profile(
+            activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active),
+            on_trace_ready=write_trace, record_shapes=record_shapes, profile_memory=profile_memory,
+            with_stack=with_stack) as prof:
         for _ in range(wait + warmup + active):
             with torch.profiler.record_function("train_step"):
                 step()
             synchronize(device)
             prof.step()
     return prof
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced(enabled: bool) -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null: the profiler's C++ side prints start and stop lines there
+    that no setting turns off. Python's own ``sys.stderr`` in a notebook is not descriptor 2."""
+    if not enabled:
+        yield
+        return
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def profile_table(prof, *, row_limit: int = 12, device: torch.device | str | None = None) -> str:
