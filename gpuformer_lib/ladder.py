@@ -7,8 +7,9 @@ at a time, each rung keeping the ones before it.
 Every rung trains the same ``DecoderLM`` on the same batch (random token ids: throughput does not
 depend on the data) and reports step time, tokens per second, MFU (against the GPU's dense 16-bit
 datasheet peak, or on a CPU against its measured float32 matmul peak) and peak memory (CUDA only).
-A last row runs PyTorch's own ``nn.TransformerEncoder`` at the settings of the fastest eager rung, so
-the library's step can be compared with PyTorch's.
+A last row runs PyTorch's own ``nn.TransformerEncoder`` at the settings of the fused-SDPA rung, so
+the library's step can be compared with PyTorch's; and causal attention alone (forward + backward,
+explicit against fused) is timed at the preset's shape (bf16 on a GPU, float32 on a CPU).
 
 Run it as ``python -m gpuformer_lib.bench`` (see :func:`main`). Rungs a device cannot run (TF32 and
 CUDA graphs on a CPU) are reported as skipped, with the reason; a GPU without bf16 (a T4) climbs
@@ -216,6 +217,29 @@ def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device, *, step
     return row
 
 
+def attention_benchmark(device: torch.device, *, batch_size: int, n_heads: int, seq_len: int, head_size: int = 64,
+                        dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> dict:
+    """Causal attention forward + backward: the course's explicit attention against PyTorch's fused
+    ``F.scaled_dot_product_attention``, same inputs; returns both times and the speedup."""
+    from gpuformer_lib.attention import scaled_dot_product_attention
+
+    shape = (batch_size, n_heads, seq_len, head_size)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    grad = torch.randn(shape, device=device, dtype=dtype)
+
+    def explicit() -> None:
+        out, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad)
+
+    def fused() -> None:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+    times = {name: bench.time_fn(fn, device=device, warmup=2, repeats=repeats).median
+             for name, fn in (("explicit_s", explicit), ("fused_s", fused))}
+    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), **times,
+            "speedup": bench.speedup(times["explicit_s"], times["fused_s"])}
+
+
 @dataclasses.dataclass
 class LadderResult:
     preset: str
@@ -228,6 +252,8 @@ class LadderResult:
     peak_flops: float | None
     peak_source: str
     rows: list[LadderRow]
+    attention: dict
+    """Causal attention forward + backward at the preset's shape: explicit against fused (SDPA)."""
     versions: dict
     date: str
 
@@ -292,11 +318,14 @@ def run_ladder(preset: str | LadderPreset = "tiny", device: str | torch.device |
         if r.step_s is not None and first is not None:
             r.speedup = bench.speedup(first, r.step_s)
     c = preset.config
+    attention = attention_benchmark(device, batch_size=preset.batch_size, n_heads=c.n_heads, seq_len=preset.seq_len,
+                                    head_size=c.head_size, dtype=low if device.type == "cuda" else torch.float32,
+                                    repeats=steps)
     return LadderResult(
         preset=name, device=str(device), hardware=dataclasses.asdict(hardware_summary(device)),
         batch_size=preset.batch_size, seq_len=preset.seq_len, n_params=count_parameters(DecoderLM(c)),
         flops_per_step=bench.transformer_flops(c, preset.batch_size, preset.seq_len), peak_flops=peak,
-        peak_source=source, rows=rows, versions=_versions(),
+        peak_source=source, rows=rows, attention=attention, versions=_versions(),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -334,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {gpu or result.device}; MFU against the {result.peak_source}"
           + (f" = {bench.format_rate(result.peak_flops, 'FLOP/s')}" if result.peak_flops else ""))
     print(result.table())
+    a = result.attention
+    print(f"causal attention forward + backward, {a['dtype']}, (B, H, T, hs) = {tuple(a['shape'])}: explicit "
+          f"{bench.format_seconds(a['explicit_s'])}, fused SDPA {bench.format_seconds(a['fused_s'])}: "
+          f"{a['speedup']:.1f}x")
     path = Path(args.json_path or Path("bench_results") / f"ladder-{preset}-{_slug(gpu or result.device)}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")

@@ -140,6 +140,8 @@ class History:
     grad_norm: list[float] = dataclasses.field(default_factory=list)
     tokens: list[int] = dataclasses.field(default_factory=list)
     """Tokens processed up to and including the step."""
+    loss_scale: list[float] = dataclasses.field(default_factory=list)
+    """fp16 only: the gradient scaler's scale after each logged step (it halves on an overflow)."""
     eval_step: list[int] = dataclasses.field(default_factory=list)
     eval_loss: list[float] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
@@ -235,16 +237,18 @@ def train(
         return history
     params = [p for p in model.parameters() if p.requires_grad]
     by_tokens = config.normalize_by == "tokens"
-    pending: list[tuple[int, torch.Tensor, torch.Tensor, float, torch.Tensor]] = []  # read back every log_every steps
+    pending: list[tuple] = []  # read back every log_every steps
     tokens = torch.tensor(history.tokens[-1] if history.tokens else 0, device=device)  # stays on the device
 
     def flush() -> None:
-        for step, loss, norm, lr, tok in pending:
+        for step, loss, norm, lr, tok, scale in pending:
             history.step.append(step)
             history.loss.append(loss.item())  # waits for the device: done once per log_every steps
             history.grad_norm.append(norm.item())
             history.lr.append(lr)
             history.tokens.append(int(tok.item()))
+            if scale is not None:
+                history.loss_scale.append(float(scale))
         pending.clear()
 
     bar = tqdm(range(start, config.max_steps), initial=start, total=config.max_steps, disable=not config.progress,
@@ -274,7 +278,8 @@ def train(
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
-        pending.append((step, step_loss, norm.detach(), lr, tokens.clone()))
+        scale = scaler._scale.detach().clone() if scaler.is_enabled() else None  # stays on the device until logged
+        pending.append((step, step_loss, norm.detach(), lr, tokens.clone(), scale))
         done = step + 1
         if done % config.log_every == 0 or done == config.max_steps:
             flush()

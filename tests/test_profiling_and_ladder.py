@@ -63,6 +63,8 @@ def test_ladder_on_the_cpu_measures_every_eager_rung():
     # every rung trains the same model on the same batch: the same loss, up to bf16 rounding
     assert abs(rows["sdpa"].loss - rows["fp32"].loss) < 0.05
     assert "skipped" in result.table() and "fp32 eager" in result.table()
+    a = result.attention
+    assert a["shape"] == [2, 2, 16, 16] and a["speedup"] == pytest.approx(a["explicit_s"] / a["fused_s"])
     json.dumps(result.to_json(), default=str)
 
 
@@ -80,6 +82,7 @@ def test_command_line(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "fp32 eager (strict)" in done.stdout and f"wrote {out}" in done.stdout
+    assert "causal attention forward + backward" in done.stdout
     saved = json.loads(out.read_text())
     assert saved["preset"] == "tiny" and saved["rows"][0]["step_s"] > 0 and saved["versions"]["torch"]
     refused = subprocess.run([sys.executable, "-m", "gpuformer_lib.bench", "--device", "cpu", "--preset",

@@ -183,5 +183,6 @@ def test_fp16_scaler_skips_a_step_whose_gradients_overflow():
     train(one, guarded, batches, dataclasses.replace(config, max_steps=1))
     history = train(two, guarded, batches, dataclasses.replace(config, max_steps=2))
     assert math.isinf(history.loss[1])
+    assert history.loss_scale[1] == history.loss_scale[0] / 2  # the scaler backed off
     for a, b in zip(one.parameters(), two.parameters()):
         assert torch.equal(a, b)  # the overflowing step changed nothing
