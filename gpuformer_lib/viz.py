@@ -206,8 +206,8 @@ def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_le
                 counts[name] = count_parameters(DecoderLM(models[name]))
         return counts[name]
 
-    style = {"description_width": "150px"}
-    layout = widgets.Layout(width="480px")
+    style = {"description_width": "120px"}
+    layout = widgets.Layout(width="330px")
     model = widgets.Dropdown(options=list(models), description="model", style=style, layout=layout)
     batch = widgets.IntSlider(batch_size, 1, 64, description="micro-batch", style=style, layout=layout)
     length = widgets.Dropdown(options=[128, 256, 512, 1024, 2048, 4096, 8192], value=seq_len,
@@ -244,4 +244,5 @@ def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_le
     for control in controls:
         control.observe(update, names="value")
     update()
-    return widgets.HBox([widgets.VBox(controls), out])
+    half = (len(controls) + 1) // 2
+    return widgets.VBox([widgets.HBox([widgets.VBox(controls[:half]), widgets.VBox(controls[half:])]), out])
