@@ -1,0 +1,480 @@
+"""Training on several processes with ``torch.distributed``: the same code on CPU processes (gloo) and
+on GPUs (NCCL).
+
+Covers:
+- :class:`DistEnv`, the environment torchrun gives each process (a dataclass read from the
+  environment variables; no global state), :func:`process_group` (set-up with a timeout, always torn
+  down), rank-labelled printing (:func:`rank_print`, :func:`print0`);
+- :func:`launch`: run a script under ``torchrun`` from a notebook, each rank's output labelled,
+  a failing rank turned into one clear :class:`LaunchError`, asking for more GPUs than exist refused;
+- data parallel from scratch: :func:`broadcast_parameters`, :func:`average_gradients`,
+  :class:`NaiveDataParallel` (hooks that all-reduce each gradient as soon as it is ready), and
+  :func:`ring_all_reduce` written with point-to-point sends, with the alpha-beta cost model
+  (:func:`ring_allreduce_time`) and :func:`scaling`;
+- model parallel from scratch: :func:`gpipe_bubble` and :func:`run_gpipe` (micro-batches through
+  pipeline stages on different ranks), and Megatron's :class:`ColumnParallelLinear`,
+  :class:`RowParallelLinear` and :class:`TensorParallelMLP`.
+
+The production versions (``DistributedDataParallel``, ``torch.distributed.pipelining``,
+``parallelize_module``, FSDP2's ``fully_shard``) are used next to these in chapters 11 and 12, and the
+tests check each against single-process training. Leaves out: the training loop itself (``train``
+takes a wrapped model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class TooFewGPUsError(RuntimeError):
+    """More processes per node were asked for than the node has GPUs."""
+
+
+class LaunchError(RuntimeError):
+    """A distributed run failed: the message names the rank and shows its error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DistEnv:
+    """Who this process is in a torchrun job (read from the variables torchrun sets)."""
+
+    rank: int
+    """This process's index among all processes, 0 .. world_size - 1."""
+    local_rank: int
+    """Its index on this machine: which GPU it uses."""
+    world_size: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def from_env(cls, environ: dict | None = None) -> "DistEnv":
+        environ = os.environ if environ is None else environ
+        missing = [name for name in _TORCHRUN_VARS if name not in environ]
+        if missing:
+            raise RuntimeError(f"not started by torchrun ({', '.join(missing)} not set): run "
+                               "`torchrun --nproc_per_node=N script.py`, or distributed.launch(script) from a notebook")
+        return cls(rank=int(environ["RANK"]), local_rank=int(environ["LOCAL_RANK"]),
+                   world_size=int(environ["WORLD_SIZE"]), local_world_size=int(environ["LOCAL_WORLD_SIZE"]),
+                   master_addr=environ["MASTER_ADDR"], master_port=int(environ["MASTER_PORT"]))
+
+
+def default_backend() -> str:
+    """NCCL on NVIDIA GPUs, gloo everywhere else (CPU processes)."""
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def check_gpus(processes_per_node: int) -> None:
+    """Refuse, with what to do, to start more GPU processes on a node than it has GPUs."""
+    present = torch.cuda.device_count()
+    if processes_per_node > present:
+        raise TooFewGPUsError(
+            f"{processes_per_node} processes per node need {processes_per_node} GPUs, but {present} "
+            f"{'is' if present == 1 else 'are'} present: launch with --nproc_per_node={max(present, 1)} or fewer"
+            + (", or run on CPU processes with the gloo backend" if present == 0 else ""))
+
+
+@contextlib.contextmanager
+def process_group(backend: str | None = None, timeout_s: float = 120.0) -> Iterator[tuple[DistEnv, torch.device]]:
+    """Join the job torchrun started; yield ``(env, device)``; always destroy the process group.
+
+    ``timeout_s`` bounds every collective: a rank that dies makes the others fail after it instead
+    of waiting forever. With NCCL each process takes the GPU of its local rank.
+    """
+    env = DistEnv.from_env()
+    backend = backend or default_backend()
+    if backend == "nccl":
+        check_gpus(env.local_world_size)
+        device = torch.device("cuda", env.local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        yield env, device
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def rank_print(*args, **kwargs) -> None:
+    """``print`` with this process's rank in front, flushed at once (so lines from ranks interleave
+    whole)."""
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))
+    print(f"[rank {rank}]", *args, **kwargs, flush=True)
+
+
+def print0(*args, **kwargs) -> None:
+    """``print`` on rank 0 only."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, **kwargs, flush=True)
+
+
+def report(name: str, value) -> None:
+    """Rank 0 hands a result to the notebook that launched the script (see :class:`LaunchResult`)."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(f"RESULT {json.dumps({name: value})}", flush=True)
+
+
+# --------------------------------------------------------------------------- launching from a notebook
+
+
+@dataclasses.dataclass
+class LaunchResult:
+    lines: list[str]
+    """Every output line, labelled '[rank r]' by the launcher."""
+    results: dict
+    """What rank 0 passed to :func:`report`."""
+    seconds: float
+
+
+def default_world_size() -> int:
+    """The GPUs present, or 2 CPU processes where there is none."""
+    return torch.cuda.device_count() or 2
+
+
+_LABEL = re.compile(r"^\[default(\d+)\]:")
+_NOISE = ("*****", "Setting OMP_NUM_THREADS")
+
+
+def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[str] = (), *,
+           backend: str | None = None, timeout_s: float = 300.0, echo: bool = True, threads_per_process: int = 1,
+           extra_env: dict | None = None) -> LaunchResult:
+    """Run ``script`` under torchrun with ``nproc`` processes on this machine and wait for it.
+
+    Each line a rank prints is shown (``echo``) and kept, labelled ``[rank r]``. If any rank fails,
+    torchrun stops the others and this raises :class:`LaunchError` with the failing rank's error;
+    if the whole job takes longer than ``timeout_s`` it is killed. ``backend`` 'nccl' needs a GPU per
+    process (:class:`TooFewGPUsError` otherwise); the scripts read it from ``GPUFORMER_BACKEND``.
+    """
+    script = Path(script)
+    if not script.exists():
+        raise FileNotFoundError(f"no script {script}: the workers live in files (a function defined in a notebook "
+                                "cell cannot be started in another process)")
+    backend = backend or default_backend()
+    nproc = nproc or default_world_size()
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    if backend == "nccl":
+        check_gpus(nproc)
+    env = {**os.environ, "GPUFORMER_BACKEND": backend, "OMP_NUM_THREADS": str(threads_per_process),
+           "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--tee=3",
+           "--max-restarts=0", str(script), *map(str, args)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, kill)
+    timer.start()
+    lines, results, raw = [], {}, []
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            raw.append(line)
+            match = _LABEL.match(line)
+            if match:
+                payload = line[match.end():]
+                payload = payload.removeprefix(f"[rank{match.group(1)}]: ")  # torch's own label on tracebacks
+                label = f"[rank {match.group(1)}]"
+                line = payload if payload.startswith(label) else f"{label} {payload}"  # rank_print labelled it
+                if payload.startswith("RESULT "):
+                    results.update(json.loads(payload[len("RESULT "):]))
+                    continue
+            elif line.startswith(_NOISE) or not line.strip():
+                continue
+            lines.append(line)
+            if echo and match:
+                print(line, flush=True)
+        proc.wait()
+    finally:
+        timer.cancel()
+    seconds = time.perf_counter() - started
+    if timed_out.is_set():
+        raise LaunchError(f"{script.name} did not finish within {timeout_s:.0f} s and was stopped; last lines:\n"
+                          + "\n".join(lines[-10:]))
+    if proc.returncode != 0:
+        failed = _failing_rank(lines, raw)
+        error = [line for line in lines if line.startswith(f"[rank {failed}]")] if failed is not None else lines
+        tail = "\n".join(error[-12:])
+        raise LaunchError(f"{script.name} failed on rank {failed if failed is not None else '?'} "
+                          f"(exit code {proc.returncode}):\n{tail}")
+    return LaunchResult(lines=lines, results=results, seconds=seconds)
+
+
+_EXCEPTION = re.compile(r"^\[rank (\d+)\].*?\b\w*(?:Error|Exception)\b: ")
+_CONSEQUENCES = ("closed by peer", "remote worker", "Connection reset", "SIGTERM", "timed out", "Timeout")
+
+
+def _failing_rank(lines: list[str], raw: list[str]) -> int | None:
+    """The rank whose own error started the failure: one whose exception is not the consequence of
+    another rank dying (a closed connection, a timeout); else the rank torchrun names as root cause."""
+    for line in lines:
+        match = _EXCEPTION.match(line)
+        if match and not any(c in line for c in _CONSEQUENCES):
+            return int(match.group(1))
+    cause = "\n".join(raw).split("Root Cause", 1)[-1]
+    match = re.search(r"rank\s*:\s*(\d+)", cause)
+    return int(match.group(1)) if match else None
+
+
+# --------------------------------------------------------------------------- data parallel from scratch
+
+
+def broadcast_parameters(model: nn.Module, src: int = 0) -> None:
+    """Copy rank ``src``'s weights to every rank, so all replicas start equal."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(tensor.data, src)
+
+
+def average_gradients(model: nn.Module) -> None:
+    """All-reduce every gradient and divide by the world size: each rank then holds the gradient of
+    the whole global batch's mean loss (when every rank's batch is as large)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.flatten() for g in grads])  # one message instead of one per tensor
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+class NaiveDataParallel(nn.Module):
+    """Data parallel in a few lines: broadcast the weights once, then all-reduce each gradient
+    asynchronously the moment backward has produced it (a hook per parameter), so communication
+    overlaps with the rest of the backward pass. Call :meth:`finish_gradients` before the optimizer
+    step. DDP does the same with buckets of many gradients per message."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module = module
+        broadcast_parameters(module)
+        self._pending: list[tuple[dist.Work, Tensor]] = []
+        for p in module.parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(self._reduce)
+
+    def _reduce(self, p: Tensor) -> None:
+        self._pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p.grad))
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def finish_gradients(self) -> None:
+        """Wait for the all-reduces started during backward and average."""
+        world = dist.get_world_size()
+        for work, grad in self._pending:
+            work.wait()
+            grad /= world
+        self._pending.clear()
+
+
+def ring_all_reduce(tensor: Tensor) -> Tensor:
+    """Sum ``tensor`` over all ranks, in place, with the ring algorithm: the tensor is cut into
+    ``world_size`` chunks; in ``world_size - 1`` reduce-scatter steps each rank sends one chunk to its
+    right neighbour and adds the chunk arriving from its left, after which each rank owns one fully
+    summed chunk; ``world_size - 1`` all-gather steps pass the summed chunks around. Each rank sends
+    2 (N - 1) / N of the tensor in all, whatever N is: the reason the ring scales."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world == 1:
+        return tensor
+    flat = tensor.view(-1)
+    chunks = list(flat.tensor_split(world))
+    right, left = (rank + 1) % world, (rank - 1) % world
+    incoming = torch.empty_like(chunks[0])
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(world - 1):
+            # reduce-scatter: send chunk (rank - step), receive chunk (rank - step - 1) and add it;
+            # all-gather: send the summed chunk (rank + 1 - step), receive (rank - step) and keep it
+            shift = 0 if phase == "reduce-scatter" else 1
+            send_i, recv_i = (rank - step + shift) % world, (rank - step - 1 + shift) % world
+            buffer = incoming[: chunks[recv_i].numel()]
+            ops = [dist.P2POp(dist.isend, chunks[send_i].contiguous(), right),
+                   dist.P2POp(dist.irecv, buffer, left)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+            if phase == "reduce-scatter":
+                chunks[recv_i] += buffer
+            else:
+                chunks[recv_i].copy_(buffer)
+    return tensor
+
+
+def ring_allreduce_time(nbytes: float, world_size: int, alpha: float, bandwidth: float) -> float:
+    """The alpha-beta model of a ring all-reduce: 2 (N - 1) messages of latency ``alpha`` seconds, and
+    2 (N - 1) / N of the bytes through each link at ``bandwidth`` bytes/s."""
+    if world_size < 1 or bandwidth <= 0 or alpha < 0 or nbytes < 0:
+        raise ValueError("need world_size >= 1, bandwidth > 0, alpha >= 0 and nbytes >= 0")
+    n = world_size
+    return 0.0 if n == 1 else 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / bandwidth
+
+
+def scaling(time_one: float, time_n: float, n: int) -> tuple[float, float]:
+    """Speedup (time before / time after) and efficiency (speedup / n) of running on ``n`` devices.
+    The first seed's 10 h on one GPU and 2.7 h on four: 3.7x, 93 %."""
+    if time_one <= 0 or time_n <= 0 or n < 1:
+        raise ValueError("times must be positive and n >= 1")
+    speed = time_one / time_n
+    return speed, speed / n
+
+
+# --------------------------------------------------------------------------- pipeline parallel from scratch
+
+
+def gpipe_bubble(stages: int, micro_batches: int) -> float:
+    """Share of time each stage idles in a GPipe schedule: (p - 1) / (m + p - 1) for p stages and m
+    micro-batches of equal cost (the pipeline fills and drains once per batch)."""
+    if stages < 1 or micro_batches < 1:
+        raise ValueError("need at least one stage and one micro-batch")
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, loss_fn: Callable[[Tensor, Tensor], Tensor],
+              micro_batches: int, activation_shape: Sequence[int], dtype: torch.dtype = torch.float32) -> tuple[Tensor | None, float]:
+    """One GPipe training step of a pipeline whose stage ``rank`` is ``stage``: all micro-batches
+    forward (each stage receives activations from the previous rank and sends its output to the
+    next), then all backward in reverse (gradients flow back the same way). Rank 0 gets ``batch``,
+    the last rank ``targets``; ``activation_shape`` is one micro-batch's activation between stages.
+    Returns the mean loss on the last rank (None elsewhere) and the seconds this rank spent computing
+    (the rest of the step it waited: the bubble)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    first, last = rank == 0, rank == world - 1
+    inputs = batch.chunk(micro_batches) if first else [None] * micro_batches
+    labels = targets.chunk(micro_batches) if last else [None] * micro_batches
+    saved, busy, total = [], 0.0, None
+    for i in range(micro_batches):
+        if first:
+            x = inputs[i]
+        else:
+            x = torch.empty(activation_shape, dtype=dtype)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        t0 = time.perf_counter()
+        y = stage(x)
+        if last:
+            y = loss_fn(y, labels[i]) / micro_batches
+            total = y.detach() if total is None else total + y.detach()
+        busy += time.perf_counter() - t0
+        if not last:
+            dist.send(y.detach().contiguous(), rank + 1)
+        saved.append((x, y))
+    for x, y in reversed(saved):
+        grad = None
+        if not last:
+            grad = torch.empty_like(y)
+            dist.recv(grad, rank + 1)
+        t0 = time.perf_counter()
+        y.backward(grad)
+        busy += time.perf_counter() - t0
+        if not first:
+            dist.send(x.grad.contiguous(), rank - 1)
+    return total, busy
+
+
+# --------------------------------------------------------------------------- tensor parallel from scratch
+
+
+class _CopyToParallel(torch.autograd.Function):
+    """Megatron's f: identity forward; all-reduce of the gradient backward (every rank used x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class _ReduceFromParallel(torch.autograd.Function):
+    """Megatron's g: all-reduce forward (sum the partial results); identity backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class ColumnParallelLinear(nn.Module):
+    """A linear layer whose output features are split over the ranks: rank r holds rows
+    ``r * out/N ..`` of the weight and computes its slice of the output; no communication forward.
+    Built from the full layer, so it starts equal to it."""
+
+    def __init__(self, full: nn.Linear):
+        super().__init__()
+        world, rank = dist.get_world_size(), dist.get_rank()
+        if full.out_features % world:
+            raise ValueError(f"out_features={full.out_features} is not divisible by the world size {world}")
+        self.weight = nn.Parameter(full.weight.detach().chunk(world, dim=0)[rank].clone())  # (out/N, in)
+        self.bias = nn.Parameter(full.bias.detach().chunk(world)[rank].clone()) if full.bias is not None else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.linear(_CopyToParallel.apply(x), self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """A linear layer whose input features are split over the ranks: rank r holds columns
+    ``r * in/N ..`` of the weight, multiplies its slice of the input, and the partial outputs are
+    summed with one all-reduce; the bias is added once, after the sum."""
+
+    def __init__(self, full: nn.Linear):
+        super().__init__()
+        world, rank = dist.get_world_size(), dist.get_rank()
+        if full.in_features % world:
+            raise ValueError(f"in_features={full.in_features} is not divisible by the world size {world}")
+        self.weight = nn.Parameter(full.weight.detach().chunk(world, dim=1)[rank].clone())  # (out, in/N)
+        self.bias = nn.Parameter(full.bias.detach().clone()) if full.bias is not None else None
+
+    def forward(self, x_slice: Tensor) -> Tensor:
+        y = _ReduceFromParallel.apply(nn.functional.linear(x_slice, self.weight))
+        return y + self.bias if self.bias is not None else y
+
+
+class TensorParallelMLP(nn.Module):
+    """Megatron's MLP: column-parallel first layer, the activation on each rank's slice, row-parallel
+    second layer; one all-reduce forward and one backward per MLP."""
+
+    def __init__(self, linear1: nn.Linear, linear2: nn.Linear, activation: Callable[[Tensor], Tensor] = torch.relu):
+        super().__init__()
+        self.linear1, self.linear2 = ColumnParallelLinear(linear1), RowParallelLinear(linear2)
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.activation(self.linear1(x)))

@@ -1,0 +1,215 @@
+"""Chapter 12's workers: model parallel training with torch.distributed, launched by torchrun.
+
+    torchrun --standalone --nproc_per_node=2 scripts/model_parallel.py gpipe
+
+Subcommands: gpipe (layers split over the ranks, micro-batches by hand: the bubble measured against
+(p - 1) / (m + p - 1), and the gradients against one process), pipelining (PyTorch's GPipe and 1F1B
+schedules against one process), tensor (Megatron's column and row splits by hand, and with
+parallelize_module), fsdp (FSDP2 fully_shard against one process, and memory per rank against the
+chapter 9 calculator). Gloo on CPU processes, NCCL on GPUs (GPUFORMER_BACKEND).
+"""
+
+import argparse
+import copy
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from gpuformer_lib import data
+from gpuformer_lib.distributed import TensorParallelMLP, gpipe_bubble, process_group, rank_print, report, run_gpipe
+from gpuformer_lib.memory import training_memory
+from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters
+
+
+class Block(nn.Module):
+    """A residual MLP block: x + W2 gelu(W1 LN(x)); the pipeline's unit of work."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm, self.linear1, self.linear2 = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.linear2(F.gelu(self.linear1(self.norm(x))))
+
+
+def deep_model(width, n_blocks):
+    torch.manual_seed(0)  # the same model on every rank
+    return nn.Sequential(*[Block(width) for _ in range(n_blocks)])
+
+
+def stage_of(model, env):
+    per = len(model) // env.world_size
+    return copy.deepcopy(model[env.rank * per: (env.rank + 1) * per])  # this rank's consecutive blocks
+
+
+def batch(width, rows, device):
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(rows, width, generator=g).to(device), torch.randn(rows, width, generator=g).to(device)
+
+
+def gpipe(env, device, width=256, n_blocks=8, rows=512, repeats=3):
+    full = deep_model(width, n_blocks).to(device)
+    x, y = batch(width, rows, device)
+    F.mse_loss(full(x), y).backward()  # the reference: one process, the whole model and batch
+    stage = stage_of(full, env)
+    first, last = env.rank == 0, env.rank == env.world_size - 1
+    rows_out = []
+    for m in (1, 2, 4, 8):
+        stage.zero_grad(set_to_none=True)
+        loss, _ = run_gpipe(stage, x if first else None, y if last else None, F.mse_loss, m, (rows // m, width))
+        gap = max((a.grad - b.grad).abs().max().item() for a, b in
+                  zip(stage.parameters(), full[env.rank * (n_blocks // env.world_size):].parameters()))
+        times, busy = [], []
+        for _ in range(repeats):
+            stage.zero_grad(set_to_none=True)
+            dist.barrier()
+            t0 = time.perf_counter()
+            _, b = run_gpipe(stage, x if first else None, y if last else None, F.mse_loss, m, (rows // m, width))
+            dist.barrier()
+            times.append(time.perf_counter() - t0)
+            busy.append(b)
+        step, mine = min(times), min(busy)
+        idle = torch.tensor([1 - mine / step])
+        dist.all_reduce(idle)
+        idle = idle.item() / env.world_size
+        rank_print(f"m={m:2}: step {step * 1e3:6.1f} ms, this stage busy {mine * 1e3:6.1f} ms; "
+                   f"largest gradient difference from one process {gap:.1e}")
+        rows_out.append({"micro_batches": m, "step_s": step, "idle_measured": idle,
+                         "bubble_predicted": gpipe_bubble(env.world_size, m), "gradient_gap": gap})
+    report("gpipe", rows_out)
+
+
+def pipelining(env, device, width=64, n_blocks=4, rows=32, micro_batches=4):
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    full = deep_model(width, n_blocks).to(device)
+    x, y = batch(width, rows, device)
+    ref_loss = F.mse_loss(full(x), y)
+    ref_loss.backward()
+    results = {}
+    for name, schedule_class in (("GPipe", ScheduleGPipe), ("1F1B", Schedule1F1B)):
+        stage_module = stage_of(full, env)
+        stage = PipelineStage(stage_module, env.rank, env.world_size, device)
+        schedule = schedule_class(stage, micro_batches, loss_fn=F.mse_loss)
+        losses = []
+        if env.rank == 0:
+            schedule.step(x)
+        elif env.rank == env.world_size - 1:
+            schedule.step(target=y, losses=losses)
+        else:
+            schedule.step()
+        offset = env.rank * (n_blocks // env.world_size)
+        gap = max((a.grad - b.grad).abs().max().item() for a, b in
+                  zip(stage_module.parameters(), full[offset:].parameters()))
+        loss_gap = abs(torch.stack(losses).mean().item() - ref_loss.item()) if losses else 0.0
+        rank_print(f"{name}: largest gradient difference from one process {gap:.1e}"
+                   + (f", loss difference {loss_gap:.1e}" if losses else ""))
+        gaps = torch.tensor([gap, loss_gap])
+        dist.all_reduce(gaps, op=dist.ReduceOp.MAX)
+        results[name] = {"gradient_gap": gaps[0].item(), "loss_gap": gaps[1].item()}
+    report("pipelining", results)
+
+
+def tensor(env, device, width=64, rows=8):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width)).to(device)
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(2)).to(device)
+    ref = mlp(x)
+    ref.square().sum().backward()
+    n, r = env.world_size, env.rank
+
+    scratch = TensorParallelMLP(mlp[0], mlp[2])
+    out = scratch(x)
+    out.square().sum().backward()
+    gaps = {"output": (out - ref).abs().max().item(),
+            # each rank holds a slice of the gradients: rows of W1, columns of W2
+            "grad_w1": (scratch.linear1.weight.grad - mlp[0].weight.grad.chunk(n, 0)[r]).abs().max().item(),
+            "grad_w2": (scratch.linear2.weight.grad - mlp[2].weight.grad.chunk(n, 1)[r]).abs().max().item()}
+    mesh = init_device_mesh(device.type, (n,))
+    dtensor_mlp = copy.deepcopy(mlp)
+    dtensor_mlp.zero_grad(set_to_none=True)
+    parallelize_module(dtensor_mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    out2 = dtensor_mlp(x)
+    out2.square().sum().backward()
+    gaps["parallelize_module output"] = (out2 - ref).abs().max().item()
+    gaps["parallelize_module grad_w1"] = (dtensor_mlp[0].weight.grad.full_tensor() - mlp[0].weight.grad).abs().max().item()
+    local = dtensor_mlp[0].weight.to_local().shape
+    rank_print(f"scratch: output {gaps['output']:.1e}, W1 grad {gaps['grad_w1']:.1e}, W2 grad {gaps['grad_w2']:.1e}; "
+               f"parallelize_module: output {gaps['parallelize_module output']:.1e}, this rank holds W1 {tuple(local)} "
+               f"of {tuple(mlp[0].weight.shape)}")
+    worst = torch.tensor(list(gaps.values()))
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    report("tensor", dict(zip(gaps, worst.tolist())))
+
+
+def fsdp(env, device, steps=4, global_batch=8):
+    from torch.distributed.fsdp import fully_shard
+
+    config = TransformerConfig(vocab_size=64, d_model=64, n_heads=4, n_decoder_layers=2, d_ff=256, dropout=0.0,
+                               max_len=32)
+    n, r = env.world_size, env.rank
+    batches = [data.repeating_patterns(s, 64, batch_size=global_batch, seq_len=16) for s in range(steps)]
+    mine = slice(r * global_batch // n, (r + 1) * global_batch // n)
+
+    def lm_loss(model, x, y):
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    torch.manual_seed(0)
+    reference = DecoderLM(config).to(device)
+    torch.manual_seed(0)
+    sharded = DecoderLM(config).to(device)
+    n_params = count_parameters(sharded)
+    for block in sharded.blocks.layers:
+        fully_shard(block)  # each layer: its own unit, gathered just before it runs
+    fully_shard(sharded)  # the rest (embedding, final norm, tied output layer)
+    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(sharded.parameters(), lr=0.1, momentum=0.9)
+    loss_gap = 0.0
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        ref_loss = lm_loss(reference, x, y)
+        ref_loss.backward()
+        opt_ref.step()
+        opt_ref.zero_grad(set_to_none=True)
+        loss = lm_loss(sharded, x[mine], y[mine])
+        loss.backward()  # gradients are reduce-scattered: each rank keeps its shard, averaged
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        loss_gap = max(loss_gap, abs(global_loss.item() / n - ref_loss.item()))
+    weight_gap = max((p.full_tensor() - q).abs().max().item() for p, q in zip(sharded.parameters(), reference.parameters()))
+    # memory per rank with AdamW: what this rank holds of weights, gradients and optimizer state
+    adam = torch.optim.AdamW(sharded.parameters(), lr=1e-3)
+    lm_loss(sharded, batches[0][0][mine].to(device), batches[0][1][mine].to(device)).backward()
+    adam.step()
+    held = {"weights": sum(p.to_local().numel() * p.to_local().element_size() for p in sharded.parameters()),
+            "gradients": sum(p.grad.to_local().numel() * p.grad.to_local().element_size() for p in sharded.parameters()),
+            "optimizer": sum(t.to_local().numel() * t.to_local().element_size() for s in adam.state.values()
+                             for t in s.values() if hasattr(t, "to_local") and t.dim() > 0)}
+    calc = training_memory(n_params, optimizer="adamw", shard_weights=n, shard_gradients=n, shard_optimizer=n)
+    rank_print(f"after {steps} steps: loss difference {loss_gap:.1e}, weight difference {weight_gap:.1e}; holds "
+               + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in held.items())
+               + f" (calculator: {calc.weights / 1024:.1f}, {calc.gradients / 1024:.1f}, {calc.optimizer / 1024:.1f})")
+    per_rank = [None] * n
+    dist.all_gather_object(per_rank, held)
+    report("fsdp", {"loss_gap": loss_gap, "weight_gap": weight_gap, "held_per_rank": per_rank, "n_params": n_params,
+                    "calculator": {"weights": calc.weights, "gradients": calc.gradients, "optimizer": calc.optimizer},
+                    "unsharded_bytes": n_params * 16})
+
+
+COMMANDS = {f.__name__: f for f in (gpipe, pipelining, tensor, fsdp)}
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command", choices=sorted(COMMANDS))
+    args = parser.parse_args()
+    with process_group(os.environ.get("GPUFORMER_BACKEND"), timeout_s=60) as (env, device):
+        COMMANDS[args.command](env, device)
