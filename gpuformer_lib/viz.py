@@ -246,3 +246,28 @@ def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_le
     update()
     half = (len(controls) + 1) // 2
     return widgets.VBox([widgets.HBox([widgets.VBox(controls[:half]), widgets.VBox(controls[half:])]), out])
+
+
+# --------------------------------------------------------------------------- showing code kept in files
+
+
+def show_source(obj, name: str | None = None):
+    """Display the source of a library function or class (``show_source(ring_all_reduce)``), or of the
+    function ``name`` in a script (``show_source("../scripts/data_parallel.py", "hello")``), highlighted.
+
+    Chapters run their distributed workers from scripts (a function defined in a cell cannot be
+    started in another process); this shows the code that ran, read from the file, never a copy."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    from IPython.display import Code
+
+    if name is None:
+        return Code(inspect.getsource(obj), language="python")
+    text = Path(obj).read_text()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            return Code("\n".join(text.splitlines()[start: node.end_lineno]), language="python")
+    raise ValueError(f"{obj} defines no function or class named {name!r}")

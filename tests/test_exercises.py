@@ -451,3 +451,36 @@ def _flops(c, B, T):
 ])
 def test_profiling_checks(capsys, check, answer, hint):
     run(capsys, check, answer, hint)
+
+
+def _indices(n, world, rank):
+    padded = list(range(n)) + list(range(n))[: (-n) % world]
+    while len(padded) % world:
+        padded += padded[: world - len(padded) % world]
+    return padded[rank::world]
+
+
+def _zero(n, world, stage):
+    return n * (4 / (world if stage >= 3 else 1) + 4 / (world if stage >= 2 else 1) + 8 / (world if stage >= 1 else 1))
+
+
+def _shards(w1, w2, rank, world):
+    return w1.chunk(world, 0)[rank], w2.chunk(world, 1)[rank]
+
+
+@pytest.mark.parametrize("check, answer, hint", [
+    (ex.check_allreduce_time, lambda b, n, a, bw: 0.0 if n == 1 else 2 * (n - 1) * a + 2 * (n - 1) / n * b / bw, None),
+    (ex.check_allreduce_time, lambda b, n, a, bw: 2 * (n - 1) * a + b / bw, "2 (N - 1) / N"),
+    (ex.check_scaling, lambda t1, tn, n: (t1 / tn, t1 / tn / n), None),
+    (ex.check_scaling, lambda t1, tn, n: (tn / t1, tn / t1 / n), "upside down"),
+    (ex.check_rank_indices, _indices, None),
+    (ex.check_rank_indices, lambda n, w, r: list(range(n))[r::w], "padded"),
+    (ex.check_bubble, lambda p, m: (p - 1) / (m + p - 1), None),
+    (ex.check_bubble, lambda p, m: (p - 1) / m, "fill and drain"),
+    (ex.check_zero_memory, _zero, None),
+    (ex.check_zero_memory, lambda n, w, s: 16 * n / w, "Stage 1 shards"),
+    (ex.check_megatron_shards, _shards, None),
+    (ex.check_megatron_shards, lambda w1, w2, r, w: (w1.chunk(w, 1)[r], w2.chunk(w, 0)[r]), "do not fit"),
+])
+def test_distributed_checks(capsys, check, answer, hint):
+    run(capsys, check, answer, hint)

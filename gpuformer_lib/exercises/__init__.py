@@ -9,6 +9,8 @@ Checks are grouped by topic, not by chapter; each docstring says what the exerci
 """
 
 from gpuformer_lib.exercises._core import CheckResult
+from gpuformer_lib.exercises.distributed import (check_allreduce_time, check_bubble, check_megatron_shards,
+                                                 check_rank_indices, check_scaling, check_zero_memory)
 from gpuformer_lib.exercises.hardware import (BOUND_OPERATIONS, check_attainable_flops, check_bound,
                                               check_fits_training, check_matmul_flops, check_matmul_intensity,
                                               check_speedup, check_supports_bf16, check_weights_memory)
@@ -34,5 +36,6 @@ __all__ = [
     "check_collate", "check_label_smoothing", "check_masked_cross_entropy", "check_warmup_schedule",
     "check_bucket_batches", "check_lm_batch", "check_loss_scale", "check_mixed_precision_state",
     "check_update_survives", "check_accumulated_loss", "check_layer_activation_prediction", "check_micro_batch_plan",
-    "check_mfu_hfu", "check_training_flops", "check_training_plan",
+    "check_mfu_hfu", "check_training_flops", "check_training_plan", "check_allreduce_time", "check_bubble",
+    "check_megatron_shards", "check_rank_indices", "check_scaling", "check_zero_memory",
 ]
