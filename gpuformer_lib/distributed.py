@@ -90,10 +90,12 @@ def check_gpus(processes_per_node: int) -> None:
     """Refuse, with what to do, to start more GPU processes on a node than it has GPUs."""
     present = torch.cuda.device_count()
     if processes_per_node > present:
-        raise TooFewGPUsError(
-            f"{processes_per_node} processes per node need {processes_per_node} GPUs, but {present} "
-            f"{'is' if present == 1 else 'are'} present: launch with --nproc_per_node={max(present, 1)} or fewer"
-            + (", or run on CPU processes with the gloo backend" if present == 0 else ""))
+        asked = f"{processes_per_node} GPU process{'es' if processes_per_node > 1 else ''} per node"
+        if present == 0:
+            raise TooFewGPUsError(f"{asked} asked for, but no CUDA GPU is present: run CPU processes with the gloo "
+                                  "backend instead (backend='gloo')")
+        raise TooFewGPUsError(f"{asked} need as many GPUs, but only {present} {'is' if present == 1 else 'are'} "
+                              f"present: launch with --nproc_per_node={present} or fewer")
 
 
 @contextlib.contextmanager
