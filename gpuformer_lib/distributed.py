@@ -206,7 +206,7 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
             match = _LABEL.match(line)
             if match:
                 payload = line[match.end():]
-                payload = payload.removeprefix(f"[rank{match.group(1)}]: ")  # torch's own label on tracebacks
+                payload = re.sub(r"^\[rank\d+\]:\s?", "", payload)  # torch's own label on tracebacks and logs
                 label = f"[rank {match.group(1)}]"
                 line = payload if payload.startswith(label) else f"{label} {payload}"  # rank_print labelled it
                 if payload.startswith("RESULT "):

@@ -11,6 +11,7 @@ chapter 9 calculator). Gloo on CPU processes, NCCL on GPUs (GPUFORMER_BACKEND).
 
 import argparse
 import copy
+import logging
 import os
 import time
 
@@ -205,7 +206,46 @@ def fsdp(env, device, steps=4, global_batch=8):
                     "unsharded_bytes": n_params * 16})
 
 
-COMMANDS = {f.__name__: f for f in (gpipe, pipelining, tensor, fsdp)}
+def mesh(env, device, width=64, rows=16, steps=3):
+    """Two strategies on a 2-D device mesh: tensor parallel inside pairs of ranks, sharded data
+    parallel (FSDP2) across the pairs; 4 processes."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    # comparing needs whole weights: gathering a weight sharded both ways logs a warning about being slow
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+    if env.world_size != 4:
+        raise ValueError(f"the 2-D mesh example needs 4 processes (2 data parallel x 2 tensor parallel), "
+                         f"not {env.world_size}")
+    mesh2d = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))  # rows: dp groups, columns: tp
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width)).to(device)
+    model = copy.deepcopy(reference)
+    parallelize_module(model, mesh2d["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh2d["dp"])
+    x, y = batch(width, rows, device)
+    dp_rank = mesh2d["dp"].get_local_rank()
+    mine = slice(dp_rank * rows // 2, (dp_rank + 1) * rows // 2)  # both ranks of a tp pair see the same data
+    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        F.mse_loss(reference(x), y).backward()
+        opt_ref.step()
+        opt_ref.zero_grad(set_to_none=True)
+        F.mse_loss(model(x[mine]), y[mine]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    gap = max((p.full_tensor() - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+    local = model[0].weight.to_local().shape
+    rank_print(f"mesh coordinate (dp {dp_rank}, tp {mesh2d['tp'].get_local_rank()}): holds W1 {tuple(local)} of "
+               f"{tuple(reference[0].weight.shape)}; weights after {steps} steps differ from one process by {gap:.1e}")
+    worst = torch.tensor([gap])
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    report("mesh", {"weight_gap": worst.item(), "local_w1": list(local)})
+
+
+COMMANDS = {f.__name__: f for f in (gpipe, pipelining, tensor, fsdp, mesh)}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -58,6 +58,11 @@ def test_fsdp_equals_one_process_and_memory_matches_the_calculator():
             assert abs(held[part] - r["calculator"][part]) <= 0.02 * r["calculator"][part], part
 
 
+def test_a_two_dimensional_mesh_equals_one_process():
+    result = D.launch(MODEL_PARALLEL, 4, ["mesh"], backend="gloo", echo=False, timeout_s=240).results["mesh"]
+    assert result["weight_gap"] < 1e-6 and result["local_w1"] == [64, 64]  # a quarter of W1 per rank
+
+
 def test_a_failing_rank_ends_the_run_with_its_error():
     started = time.perf_counter()
     with pytest.raises(D.LaunchError, match="rank 1") as info:
