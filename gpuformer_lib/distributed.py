@@ -378,7 +378,7 @@ def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, lo
         if first:
             x = inputs[i]
         else:
-            x = torch.empty(activation_shape, dtype=dtype)
+            x = torch.empty(activation_shape, dtype=dtype, device=next(stage.parameters()).device)
             dist.recv(x, rank - 1)
             x.requires_grad_()
         t0 = time.perf_counter()
