@@ -209,12 +209,9 @@ def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device, *, step
         row.mfu = bench.mfu(bench.transformer_flops(c, B, T), row.step_s, peak)
     if device.type == "cuda":
         row.peak_memory_gib = torch.cuda.max_memory_allocated(device) / 2**30
-    del model, optimizer
     if rung.compile:
         torch._dynamo.reset()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return row
+    return row  # the model and optimizer go with this frame; run_ladder then empties the CUDA cache
 
 
 def attention_benchmark(device: torch.device, *, batch_size: int, n_heads: int, seq_len: int, head_size: int = 64,
@@ -313,6 +310,8 @@ def run_ladder(preset: str | LadderPreset = "tiny", device: str | torch.device |
         if verbose:
             print(f"measuring {rung.name} ...", file=sys.stderr, flush=True)
         rows.append(measure_rung(rung, preset, device, steps=steps, warmup=warmup, peak=peak))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the rung's model is gone: start the next one with a clean pool
     first = next((r.step_s for r in rows if r.step_s is not None), None)
     for r in rows:
         if r.step_s is not None and first is not None:
