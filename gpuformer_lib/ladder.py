@@ -36,7 +36,7 @@ from torch import nn
 from gpuformer_lib import bench
 from gpuformer_lib.attention import MultiHeadAttention
 from gpuformer_lib.device import hardware_summary, pick_device
-from gpuformer_lib.model import DecoderLM, TokenEmbedding, TransformerConfig, count_parameters
+from gpuformer_lib.model import DecoderLM, TokenEmbedding, TransformerConfig, count_parameters, gpt2_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +49,7 @@ class LadderPreset:
 
 
 PRESETS = {
-    # GPT-2 small (124 M parameters with a 50257 vocabulary; 50304 = 2^7 * 393 keeps matrix sizes friendly)
-    "gpt2-small": LadderPreset(TransformerConfig(vocab_size=50304, d_model=768, n_heads=12, n_decoder_layers=12,
-                                                 d_ff=3072, dropout=0.0, max_len=1024, activation="gelu",
-                                                 positional="learned"), batch_size=16, seq_len=1024),
+    "gpt2-small": LadderPreset(gpt2_config(), batch_size=16, seq_len=1024),
     # small enough for a laptop CPU: a few seconds per rung
     "tiny": LadderPreset(TransformerConfig(vocab_size=512, d_model=128, n_heads=4, n_decoder_layers=2, d_ff=512,
                                            dropout=0.0, max_len=128, activation="gelu", positional="learned"),

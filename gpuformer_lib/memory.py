@@ -231,7 +231,9 @@ class SavedActivations:
 def set_activation_checkpointing(model: nn.Module, enabled: bool = True) -> int:
     """Turn activation checkpointing on or off in every layer stack of a course model; returns how many
     stacks were changed (0 means the model has none, and nothing happened)."""
-    stacks = [m for m in model.modules() if hasattr(m, "checkpointing") and isinstance(m, nn.Module)]
+    from gpuformer_lib.layers import LayerStack
+
+    stacks = [m for m in model.modules() if isinstance(m, LayerStack)]
     for stack in stacks:
         stack.checkpointing = enabled
     return len(stacks)

@@ -95,6 +95,15 @@ def paper_base_config(vocab_size: int = 37000) -> TransformerConfig:
     return TransformerConfig(vocab_size=vocab_size, norm_first=False, share_src_tgt_embeddings=True)
 
 
+def gpt2_config(d_model: int = 768, n_layers: int = 12, n_heads: int = 12) -> TransformerConfig:
+    """A GPT-2-shaped decoder-only model, small by default (124 M parameters): pre-LN, GELU, learned
+    positions over 1024 tokens, tied embeddings, no dropout, and the 50257-token vocabulary padded to
+    50304 = 2^7 * 393, which keeps matrix sizes friendly to the hardware. Medium is (1024, 24, 16), XL
+    (1600, 48, 25)."""
+    return TransformerConfig(vocab_size=50304, d_model=d_model, n_heads=n_heads, n_decoder_layers=n_layers,
+                             d_ff=4 * d_model, dropout=0.0, max_len=1024, activation="gelu", positional="learned")
+
+
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of parameters, each shared tensor counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

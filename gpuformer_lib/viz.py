@@ -188,16 +188,11 @@ def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_le
     import torch
 
     from gpuformer_lib.memory import training_memory
-    from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters
+    from gpuformer_lib.model import DecoderLM, count_parameters, gpt2_config
 
     if models is None:
-        gpt2 = dict(vocab_size=50304, dropout=0.0, max_len=1024, activation="gelu", positional="learned")
-        models = {
-            "GPT-2 small (12 x 768)": TransformerConfig(d_model=768, n_heads=12, n_decoder_layers=12, d_ff=3072, **gpt2),
-            "GPT-2 medium (24 x 1024)": TransformerConfig(d_model=1024, n_heads=16, n_decoder_layers=24, d_ff=4096,
-                                                          **gpt2),
-            "GPT-2 XL (48 x 1600)": TransformerConfig(d_model=1600, n_heads=25, n_decoder_layers=48, d_ff=6400, **gpt2),
-        }
+        models = {"GPT-2 small (12 x 768)": gpt2_config(), "GPT-2 medium (24 x 1024)": gpt2_config(1024, 24, 16),
+                  "GPT-2 XL (48 x 1600)": gpt2_config(1600, 48, 25)}
     counts = {}
 
     def n_params(name: str) -> int:
