@@ -264,6 +264,8 @@ class SizePreset:
     """One of ``cpu``, ``gpu-small``, ``gpu``."""
     reason: str
     """Why this preset was chosen, for the notebook's opening lines."""
+    toy: bool = False
+    """Rehearsal: named for a GPU profile, but :meth:`pick` returns the CPU (toy) sizes."""
 
     def __post_init__(self):
         if self.name not in PRESET_NAMES:
@@ -278,43 +280,34 @@ class SizePreset:
 
         ``gpu_small`` defaults to ``gpu``; give it where the ``gpu`` value would not fit in 16 GB.
         """
-        if self.name == "cpu":
+        if self.name == "cpu" or self.toy:
             return cpu
         if self.name == "gpu-small" and gpu_small is not None:
             return gpu_small
         return gpu
 
     def __str__(self) -> str:
-        return f"size preset '{self.name}' ({self.reason}):\n  {self.description}"
+        toy = "\n  rehearsal: the CPU preset's toy sizes are used" if self.toy else ""
+        return f"size preset '{self.name}' ({self.reason}):\n  {self.description}{toy}"
 
 
 def choose_preset(device: str | torch.device | None = None, name: str | None = None) -> SizePreset:
-    """Choose the size preset for ``device``: ``name`` if given, else ``$GPUFORMER_PRESET``, else by device.
+    """Choose the size preset for ``device``: ``name`` if given, else ``$GPUFORMER_PRESET``, else from the
+    device's profile (:func:`gpuformer_lib.profiles.preset_name`: by memory; a rehearsed profile gets its
+    preset's name with the CPU's toy sizes)."""
+    from gpuformer_lib.profiles import current_profile, size_preset  # profiles builds on this module
 
-    A CUDA GPU with at least 24 GiB gets ``gpu``; a smaller one, or Apple MPS, gets ``gpu-small``;
-    the CPU gets ``cpu``.
-    """
-    if name is None and os.environ.get(PRESET_ENV):
-        name = os.environ[PRESET_ENV]
-        return SizePreset(name, f"set by ${PRESET_ENV}")
-    if name is not None:
-        return SizePreset(name, "chosen by the caller")
-    device = pick_device(device)
-    if device.type == "cuda":
-        gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-        if gib >= 24:
-            return SizePreset("gpu", f"{gib:.0f} GiB GPU")
-        return SizePreset("gpu-small", f"{gib:.0f} GiB GPU, under 24 GiB")
-    if device.type == "mps":
-        return SizePreset("gpu-small", "Apple MPS")
-    return SizePreset("cpu", "no GPU in use")
+    return size_preset(current_profile(device), name)
 
 
 def run_header(device: str | torch.device | None = None, preset: SizePreset | None = None) -> str:
     """The lines every notebook opens with: what it runs on and which size preset it chose."""
+    from gpuformer_lib.profiles import current_profile
+
     device = pick_device(device)
     preset = preset or choose_preset(device)
-    return f"{hardware_summary(device)}\n{preset}"
+    profile = current_profile(device)
+    return f"{hardware_summary(device)}\nprofile: {profile.describe()}\n{preset}"
 
 
 # --------------------------------------------------------------------------- seeding
