@@ -28,6 +28,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from gpuformer_lib import gpu
+
 # --------------------------------------------------------------------------- timing
 
 
@@ -95,14 +97,8 @@ def time_fn(
     times: list[float] = []
     started = time.perf_counter()
     for _ in range(repeats):
-        if use_events:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            for _ in range(number):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(begin.elapsed_time(end) / 1e3 / number)  # elapsed_time is in ms
+        if use_events:  # events on the stream of `device`, not of whichever GPU happens to be current
+            times.append(gpu.event_seconds(fn, device, number))
         else:
             t0 = time.perf_counter()
             for _ in range(number):

@@ -90,6 +90,9 @@ def pick_device(requested: str | torch.device | None = None) -> torch.device:
                 f"cuda:0 to cuda:{count - 1}. Check CUDA_VISIBLE_DEVICES "
                 f"(it is {os.environ.get('CUDA_VISIBLE_DEVICES')!r}) or ask for a lower index."
             )
+        # Make it current: CUDA events, streams and allocator calls without a device use the current GPU,
+        # so timing work on cuda:1 while cuda:0 is current would time an empty stream.
+        torch.cuda.set_device(index)
         return torch.device("cuda", index)
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise DeviceNotAvailableError(

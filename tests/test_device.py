@@ -32,8 +32,10 @@ def fake_gpus(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
         monkeypatch.setattr(torch.cuda, "get_device_properties",
-                            lambda d: SimpleNamespace(total_memory=memory_gib * 2**30))
+                            lambda d: SimpleNamespace(total_memory=memory_gib * 2**30, major=7, minor=5,
+                                                      name="Tesla T4"))
     return fake
 
 
