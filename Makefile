@@ -1,9 +1,13 @@
 # The course's commands. Each one creates the virtual environment (.venv) if there is none and
 # installs the requirements and the library into it; an installed torch is left as it is.
 #   make book     build the HTML book into _build/html
-#   make test     library tests and every notebook through nbval
+#   make test     library tests and every notebook through nbval, then every notebook again under the
+#                 rehearsed T4 and H100 profiles (and chapters 11-12 under the 8xH100 node): the GPU
+#                 branches run on the CPU at toy sizes, so a bug in them fails here
+#   make gpu-check   on a machine with an NVIDIA GPU: the GPU tests, compiled Triton kernels, the ladder,
+#                 the workers on NCCL and every notebook; writes bench_results/gpu-check-<gpu>.json
 #   make lab      JupyterLab on the notebooks
-#   make outputs  re-execute every notebook in place on the best device present
+#   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one)
 #   make student  student copies of the notebooks (solutions removed) in _build/student
 
 PYTHON ?= python3
@@ -14,7 +18,16 @@ STAMP  := $(VENV)/.installed
 # repository if there is one (as in CI), else from data/ (downloaded there when missing).
 export GPUFORMER_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
-.PHONY: book test lab outputs student clean
+# Two notebooks at a time (each kernel on one thread): on 2 cores the whole run stays under 20 minutes.
+JOBS       ?= 2
+REHEARSALS ?= t4 h100-80gb
+ifeq ($(JOBS),1)
+PYTEST     := $(PY) -m pytest -p no:cacheprovider
+else
+PYTEST     := OMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider
+endif
+
+.PHONY: book test rehearse lab outputs student gpu-check clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "the course needs Python 3.10 or newer; set PYTHON=python3.X")'
@@ -30,13 +43,26 @@ book: $(STAMP)
 	@echo "Open _build/html/index.html"
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PYTEST) -n $(JOBS) --dist loadfile
+	$(MAKE) --no-print-directory rehearse
+
+# The same notebook cells under each rehearsed GPU profile (see gpuformer_lib/profiles.py).
+rehearse: $(STAMP)
+	@for profile in $(REHEARSALS); do \
+	  echo "== rehearsing the $$profile profile on the CPU"; \
+	  GPUFORMER_REHEARSE=$$profile $(PYTEST) -n $(JOBS) --dist loadfile -q notebooks || exit 1; \
+	done
+	@echo "== rehearsing the 8xh100 profile (chapters 11 and 12)"
+	GPUFORMER_REHEARSE=8xh100 $(PYTEST) -n $(JOBS) --dist loadfile -q notebooks/11_data_parallel.ipynb notebooks/12_model_parallel.ipynb
+
+gpu-check: $(STAMP)
+	$(PY) -m gpuformer_lib.tools.gpu_check
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 outputs: $(STAMP)
-	$(PY) -m gpuformer_lib.tools.execute
+	$(PY) -m gpuformer_lib.tools.execute $(if $(DEVICE),--device $(DEVICE))
 
 student: $(STAMP)
 	$(PY) -m gpuformer_lib.tools.student _build/student

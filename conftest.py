@@ -1,7 +1,10 @@
-"""pytest hooks for the whole repository: time every notebook nbval runs and hold it to its budget.
+"""pytest hooks for the whole repository: time every notebook nbval runs and report it against its budget.
 
-On a CPU a chapter notebook must finish in 3 minutes (the course plan's budget); set
-``GPUFORMER_NOTEBOOK_BUDGET_S`` to change that, or to 0 to switch the check off.
+On a CPU a chapter notebook aims at 3 minutes (the course plan's budget; ``GPUFORMER_NOTEBOOK_BUDGET_S``
+changes it). Budgets are a report, not a test: CI machines are noisy, so a notebook over budget is only
+flagged. A gross overrun, ``GPUFORMER_NOTEBOOK_OVERRUN`` times the budget (default 3), fails the run:
+that is a notebook whose sizes are wrong, not a slow machine. Under a rehearsed profile
+(``GPUFORMER_REHEARSE``) the report names it.
 """
 
 from __future__ import annotations
@@ -18,29 +21,38 @@ def _budget_s() -> float:
     return float(os.environ.get("GPUFORMER_NOTEBOOK_BUDGET_S", "180"))
 
 
+def _overrun() -> float:
+    return float(os.environ.get("GPUFORMER_NOTEBOOK_OVERRUN", "3"))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::", 1)[0]
     if path.endswith(".ipynb"):
         _seconds[path] += report.duration
 
 
+def _gross(seconds: float) -> bool:
+    budget = _budget_s()
+    return bool(budget) and seconds > _overrun() * budget
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if not _seconds:
         return
     budget = _budget_s()
-    terminalreporter.section("time per notebook")
+    profile = os.environ.get("GPUFORMER_REHEARSE")
+    terminalreporter.section(f"time per notebook{f' (rehearsing {profile})' if profile else ''}")
     for path, seconds in sorted(_seconds.items()):
-        flag = "  OVER BUDGET" if budget and seconds > budget else ""
+        flag = ""
+        if budget and seconds > budget:
+            flag = "  GROSS OVERRUN (fails the run)" if _gross(seconds) else "  over budget (reported only)"
         terminalreporter.write_line(f"{seconds:7.1f} s  {path}{flag}")
-    terminalreporter.write_line(f"{sum(_seconds.values()):7.1f} s  all notebooks (budget {budget:.0f} s each)")
+    terminalreporter.write_line(f"{sum(_seconds.values()):7.1f} s  all notebooks (budget {budget:.0f} s each, "
+                                f"a run fails only past {_overrun():g}x)")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    budget = _budget_s()
-    slow = [p for p, s in _seconds.items() if budget and s > budget]
-    if slow and session.exitstatus == 0:
-        import torch
-
-        if not torch.cuda.is_available():  # the budget is for the CPU path
-            print(f"\nnotebooks over their {budget:.0f} s CPU budget: {', '.join(slow)}")
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    gross = [p for p, s in _seconds.items() if _gross(s)]
+    if gross and session.exitstatus == 0:
+        print(f"\nnotebooks over {_overrun():g} x their {_budget_s():.0f} s budget: {', '.join(gross)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -52,3 +52,22 @@ def test_student_copy_drops_solutions_and_outputs(tmp_path):
     assert copy.cells[1].outputs == [] and copy.cells[1].execution_count is None
     assert METADATA_KEY not in copy.metadata
     assert len(nb.cells) == 3  # the original is untouched
+
+
+def test_outputs_for_a_device_that_is_not_here_fail_at_once(tmp_path, capsys, monkeypatch):
+    """Finding B18: `make outputs DEVICE=cuda` on a machine whose torch cannot see a GPU must not store CPU outputs."""
+    monkeypatch.delenv("GPUFORMER_REHEARSE", raising=False)
+    path = write(tmp_path / "ok.ipynb", new_code_cell("print(1)"))
+    before = path.read_text()
+    with pytest.raises(SystemExit) as exit_info:
+        execute.main(["--device", "cuda", str(path)])
+    assert exit_info.value.code == 2 and "CUDA was requested" in capsys.readouterr().err
+    assert path.read_text() == before
+
+
+def test_outputs_are_refused_under_a_rehearsal(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GPUFORMER_REHEARSE", "t4")
+    path = write(tmp_path / "ok.ipynb", new_code_cell("print(1)"))
+    with pytest.raises(SystemExit):
+        execute.main([str(path)])
+    assert "must not become the book's stored outputs" in capsys.readouterr().err

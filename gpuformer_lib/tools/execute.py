@@ -4,7 +4,10 @@
     python -m gpuformer_lib.tools.execute notebooks/01_*.ipynb
 
 Each notebook runs top to bottom in a fresh kernel on the best device present (or the one
-``$GPUFORMER_DEVICE`` names). On success its metadata gains a ``gpuformer`` entry: the hardware
+``--device``/``$GPUFORMER_DEVICE`` names: ``make outputs DEVICE=cuda`` fails at once if there is no
+GPU, instead of silently storing CPU outputs). Stored outputs are what the book shows, so a rehearsed
+profile (``$GPUFORMER_REHEARSE``) is refused. The hardware is described in a subprocess, so this
+process holds no CUDA context while the notebooks run. On success its metadata gains a ``gpuformer`` entry: the hardware
 summary, the size preset, library versions, the date, the run time and a hash of the code cells,
 and the file is replaced atomically. A notebook that fails is left as it was and the command
 exits non-zero, naming the cell that failed.
@@ -28,7 +31,10 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from tqdm.auto import tqdm
 
-from gpuformer_lib.device import choose_preset, hardware_summary
+import json
+import subprocess
+
+from gpuformer_lib.device import DEVICE_ENV, DeviceNotAvailableError, pick_device
 from gpuformer_lib.tools.notebooks import METADATA_KEY, code_hash, notebook_paths
 
 
@@ -42,6 +48,16 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def _describe_in_subprocess() -> tuple[dict, str]:
+    """(hardware summary, preset name) as the notebooks' kernels see them, computed in a child process."""
+    code = ("import json; from gpuformer_lib.device import choose_preset, hardware_summary; "
+            "s = hardware_summary(); print(json.dumps([s.as_dict(), choose_preset(s.device).name]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    hardware, preset = json.loads(out.stdout.strip().splitlines()[-1])
+    hardware["compute_capability"] = tuple(hardware["compute_capability"] or ()) or None
+    return hardware, preset
+
+
 def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python3") -> float:
     """Run ``path`` in place; return the seconds it took. Raises CellExecutionError on a failing cell."""
     nb = nbformat.read(path, as_version=4)
@@ -50,12 +66,12 @@ def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
-    summary = hardware_summary()
+    hardware, preset = _describe_in_subprocess()
     nb.metadata[METADATA_KEY] = {
         "executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "seconds": round(seconds, 1),
-        "hardware": summary.as_dict(),
-        "preset": choose_preset(summary.device).name,
+        "hardware": hardware,
+        "preset": preset,
         "versions": _versions(),
         "code_hash": code_hash(nb),
     }
@@ -76,12 +92,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="notebooks to run (default: all chapters)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    parser.add_argument("--device", default=os.environ.get(DEVICE_ENV) or None,
+                        help="device the notebooks must run on (cpu, cuda, cuda:N, mps); default: the best present")
     args = parser.parse_args(argv)
+    if os.environ.get("GPUFORMER_REHEARSE"):
+        parser.error("GPUFORMER_REHEARSE is set: a rehearsal computes on the CPU at toy sizes and must not become "
+                     "the book's stored outputs. Unset it to run `make outputs`.")
+    if args.device:
+        try:
+            pick_device(args.device)
+        except (DeviceNotAvailableError, ValueError) as err:
+            parser.error(f"--device {args.device}: {err}")
+        os.environ[DEVICE_ENV] = args.device  # the kernels inherit it
     paths = args.notebooks or notebook_paths()
     missing = [p for p in paths if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {missing[0]}")
-    print(hardware_summary(), flush=True)
+    hardware, preset = _describe_in_subprocess()
+    print(f"running on {hardware['gpu_name'] or hardware['device']} with the '{preset}' preset", flush=True)
     failed = []
     for path in tqdm(paths, desc="notebooks", unit="nb"):
         try:
