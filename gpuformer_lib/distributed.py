@@ -5,14 +5,17 @@ Covers:
 - :class:`DistEnv`, the environment torchrun gives each process (a dataclass read from the
   environment variables; no global state), :func:`process_group` (set-up with a timeout, always torn
   down), rank-labelled printing (:func:`rank_print`, :func:`print0`);
-- :func:`launch`: run a script under ``torchrun`` from a notebook, each rank's output labelled,
+- :func:`launch`: run a worker under ``torchrun`` from a notebook, each rank's output labelled,
   a failing rank turned into one clear :class:`LaunchError`, asking for more GPUs than exist refused;
+  :func:`worker_path` finds the chapters' workers inside the installed package
+  (:mod:`gpuformer_lib.workers`);
 - data parallel from scratch: :func:`broadcast_parameters`, :func:`average_gradients`,
   :class:`NaiveDataParallel` (hooks that all-reduce each gradient as soon as it is ready), and
   :func:`ring_all_reduce` written with point-to-point sends, with the alpha-beta cost model
   (:func:`ring_allreduce_time`) and :func:`scaling`;
 - model parallel from scratch: :func:`gpipe_bubble` and :func:`run_gpipe` (micro-batches through
-  pipeline stages on different ranks), and Megatron's :class:`ColumnParallelLinear`,
+  pipeline stages on different ranks, timed with :func:`wait_for_device` around each stage's work, as
+  CUDA runs asynchronously), and Megatron's :class:`ColumnParallelLinear`,
   :class:`RowParallelLinear` and :class:`TensorParallelMLP`.
 
 The production versions (``DistributedDataParallel``, ``torch.distributed.pipelining``,
@@ -26,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import importlib.resources
 import json
 import os
 import re
@@ -40,6 +44,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+
+from gpuformer_lib import gpu
+from gpuformer_lib.profiles import current_profile
 
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -91,11 +98,13 @@ def check_gpus(processes_per_node: int) -> None:
     present = torch.cuda.device_count()
     if processes_per_node > present:
         asked = f"{processes_per_node} GPU process{'es' if processes_per_node > 1 else ''} per node"
+        gloo = "GPUFORMER_BACKEND=gloo for torchrun, backend='gloo' for distributed.launch"
         if present == 0:
             raise TooFewGPUsError(f"{asked} asked for, but no CUDA GPU is present: run CPU processes with the gloo "
-                                  "backend instead (backend='gloo')")
+                                  f"backend instead ({gloo})")
         raise TooFewGPUsError(f"{asked} need as many GPUs, but only {present} {'is' if present == 1 else 'are'} "
-                              f"present: launch with --nproc_per_node={present} or fewer")
+                              f"present: launch with --nproc_per_node={present} or fewer, or run CPU processes "
+                              f"with the gloo backend ({gloo})")
 
 
 @contextlib.contextmanager
@@ -103,18 +112,21 @@ def process_group(backend: str | None = None, timeout_s: float = 120.0) -> Itera
     """Join the job torchrun started; yield ``(env, device)``; always destroy the process group.
 
     ``timeout_s`` bounds every collective: a rank that dies makes the others fail after it instead
-    of waiting forever. With NCCL each process takes the GPU of its local rank.
+    of waiting forever. With NCCL each process takes the GPU of its local rank, and the group is bound
+    to it (``device_id``): NCCL creates its communicator at once instead of guessing the device at the
+    first collective.
     """
     env = DistEnv.from_env()
     backend = backend or default_backend()
     if backend == "nccl":
         check_gpus(env.local_world_size)
         device = torch.device("cuda", env.local_rank)
-        torch.cuda.set_device(device)
+        gpu.set_current(device)
     else:
         device = torch.device("cpu")
     dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+                            timeout=datetime.timedelta(seconds=timeout_s),
+                            device_id=device if backend == "nccl" else None)
     try:
         yield env, device
     finally:
@@ -162,10 +174,26 @@ _LABEL = re.compile(r"^\[default(\d+)\]:")
 _NOISE = ("*****", "Setting OMP_NUM_THREADS")
 
 
+WORKERS = ("data_parallel", "model_parallel")
+"""The workers chapters 11 and 12 launch, modules of :mod:`gpuformer_lib.workers`."""
+
+
+def worker_path(name: str) -> Path:
+    """The file of a worker shipped inside the package (``gpuformer_lib/workers/<name>.py``), for
+    :func:`launch` and ``viz.show_source``: found wherever the library is installed, Colab included."""
+    if name not in WORKERS:
+        raise ValueError(f"no worker {name!r}: the workers are {', '.join(WORKERS)}")
+    path = Path(str(importlib.resources.files("gpuformer_lib.workers") / f"{name}.py"))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the gpuformer_lib installation is incomplete; reinstall it")
+    return path
+
+
 def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[str] = (), *,
            backend: str | None = None, timeout_s: float = 300.0, echo: bool = True, threads_per_process: int = 1,
            extra_env: dict | None = None) -> LaunchResult:
-    """Run ``script`` under torchrun with ``nproc`` processes on this machine and wait for it.
+    """Run ``script`` (a worker's file, e.g. ``worker_path("data_parallel")``) under torchrun with
+    ``nproc`` processes on this machine and wait for it.
 
     Each line a rank prints is shown (``echo``) and kept, labelled ``[rank r]``. If any rank fails,
     torchrun stops the others and this raises :class:`LaunchError` with the failing rank's error;
@@ -175,7 +203,8 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
     script = Path(script)
     if not script.exists():
         raise FileNotFoundError(f"no script {script}: the workers live in files (a function defined in a notebook "
-                                "cell cannot be started in another process)")
+                                "cell cannot be started in another process); the course's are "
+                                "worker_path('data_parallel') and worker_path('model_parallel')")
     backend = backend or default_backend()
     nproc = nproc or default_world_size()
     if nproc < 1:
@@ -361,6 +390,19 @@ def gpipe_bubble(stages: int, micro_batches: int) -> float:
     return (stages - 1) / (micro_batches + stages - 1)
 
 
+def wait_for_device(device: torch.device) -> None:
+    """Wait until ``device`` has finished the work queued on it, so that a clock read next sees it done.
+    A GPU runs kernels asynchronously (and an NCCL ``recv`` does not block the host): without this the
+    clock measures how long the host took to queue the work. A no-op on a CPU, which computes as it goes."""
+    if _asynchronous(device):
+        gpu.synchronize(device)
+
+
+def _asynchronous(device: torch.device) -> bool:
+    """Whether work on ``device`` runs asynchronously: on a GPU, or rehearsing one (gpu's stand-ins)."""
+    return device.type == "cuda" or current_profile(device).on_gpu
+
+
 def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, loss_fn: Callable[[Tensor, Tensor], Tensor],
               micro_batches: int, activation_shape: Sequence[int], dtype: torch.dtype = torch.float32) -> tuple[Tensor | None, float]:
     """One GPipe training step of a pipeline whose stage ``rank`` is ``stage``: all micro-batches
@@ -368,9 +410,18 @@ def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, lo
     next), then all backward in reverse (gradients flow back the same way). Rank 0 gets ``batch``,
     the last rank ``targets``; ``activation_shape`` is one micro-batch's activation between stages.
     Returns the mean loss on the last rank (None elsewhere) and the seconds this rank spent computing
-    (the rest of the step it waited: the bubble)."""
+    (the rest of the step it waited: the bubble). Each timed region starts and ends with
+    :func:`wait_for_device`, so on a GPU it covers the kernels, not their launches."""
     rank, world = dist.get_rank(), dist.get_world_size()
     first, last = rank == 0, rank == world - 1
+    device = next(stage.parameters()).device
+    synced = _asynchronous(device)  # decided once: the clock is read 4 times per micro-batch
+
+    def clock() -> float:
+        if synced:
+            gpu.synchronize(device)
+        return time.perf_counter()
+
     inputs = batch.chunk(micro_batches) if first else [None] * micro_batches
     labels = targets.chunk(micro_batches) if last else [None] * micro_batches
     saved, busy, total = [], 0.0, None
@@ -378,15 +429,15 @@ def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, lo
         if first:
             x = inputs[i]
         else:
-            x = torch.empty(activation_shape, dtype=dtype, device=next(stage.parameters()).device)
+            x = torch.empty(activation_shape, dtype=dtype, device=device)
             dist.recv(x, rank - 1)
             x.requires_grad_()
-        t0 = time.perf_counter()
+        t0 = clock()  # after the activation has arrived
         y = stage(x)
         if last:
             y = loss_fn(y, labels[i]) / micro_batches
             total = y.detach() if total is None else total + y.detach()
-        busy += time.perf_counter() - t0
+        busy += clock() - t0
         if not last:
             dist.send(y.detach().contiguous(), rank + 1)
         saved.append((x, y))
@@ -395,9 +446,9 @@ def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, lo
         if not last:
             grad = torch.empty_like(y)
             dist.recv(grad, rank + 1)
-        t0 = time.perf_counter()
+        t0 = clock()
         y.backward(grad)
-        busy += time.perf_counter() - t0
+        busy += clock() - t0
         if not first:
             dist.send(x.grad.contiguous(), rank - 1)
     return total, busy

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
+import re
+import subprocess
 
 import torch
 
@@ -65,17 +66,40 @@ class KernelSupport:
                 f"CUDA C kernels: {'can be compiled' if self.cuda_c else 'not available'} ({self.cuda_c_reason})")
 
 
+@functools.lru_cache(maxsize=None)
+def _nvcc_cuda_version(nvcc: str) -> tuple[int, int] | None:
+    """The CUDA version ``nvcc`` compiles for, from ``nvcc --version`` ("... release 12.4, V12.4.131"), or None."""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def _cuda_c_support() -> tuple[bool, str]:
+    """Whether ``load_inline`` can build the CUDA C kernel here, checked the way it will build it: the
+    nvcc that ``torch.utils.cpp_extension`` finds ($CUDA_HOME, $CUDA_PATH, nvcc on PATH, or
+    /usr/local/cuda), a CUDA major version equal to PyTorch's (it refuses to build otherwise), and ninja."""
     if not torch.cuda.is_available():
         return False, "needs a CUDA GPU; none is visible to PyTorch"
-    nvcc = shutil.which("nvcc") or (os.environ.get("CUDA_HOME") and os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc"))
-    if not nvcc or not os.path.exists(nvcc):
-        return False, "needs the CUDA toolkit's compiler nvcc (set CUDA_HOME or put nvcc on PATH)"
-    from torch.utils.cpp_extension import is_ninja_available
+    if torch.version.cuda is None:
+        return False, "needs a CUDA build of PyTorch (this one is built for ROCm)"
+    from torch.utils import cpp_extension
 
-    if not is_ninja_available():
+    nvcc = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc") if cpp_extension.CUDA_HOME else None
+    if nvcc is None or not os.path.exists(nvcc):
+        return False, "needs the CUDA toolkit's compiler nvcc (install the toolkit, or set CUDA_HOME to it)"
+    version = _nvcc_cuda_version(nvcc)
+    if version is None:
+        return False, f"could not read the CUDA version of {nvcc} from `nvcc --version`"
+    if str(version[0]) != torch.version.cuda.split(".")[0]:
+        return False, (f"nvcc at {nvcc} is CUDA {version[0]}.{version[1]}, but PyTorch is built for CUDA "
+                       f"{torch.version.cuda}: the major versions must match (install a matching toolkit and "
+                       "set CUDA_HOME to it)")
+    if not cpp_extension.is_ninja_available():
         return False, "needs the ninja build tool: pip install ninja"
-    return True, f"nvcc at {nvcc}, PyTorch built for CUDA {torch.version.cuda}"
+    return True, f"nvcc at {nvcc} (CUDA {version[0]}.{version[1]}), PyTorch built for CUDA {torch.version.cuda}"
 
 
 def kernel_support() -> KernelSupport:
@@ -215,20 +239,31 @@ def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 6
 # --------------------------------------------------------------------------- CUDA C
 
 CUDA_ADD_SOURCE = r"""
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
 // The second seed article's kernel: y = x + y with a grid-stride loop.
-__global__ void add_kernel(int n, const float *x, float *y) {
-    int index = blockIdx.x * blockDim.x + threadIdx.x;  // this thread's first element
-    int stride = blockDim.x * gridDim.x;                // threads in the whole grid
-    for (int i = index; i < n; i += stride)             // so any grid covers any n
+__global__ void add_kernel(int64_t n, const float *x, float *y) {
+    // 64-bit indices: a tensor may hold more than 2^31 elements
+    int64_t index = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;  // this thread's first element
+    int64_t stride = (int64_t)blockDim.x * gridDim.x;                // threads in the whole grid
+    for (int64_t i = index; i < n; i += stride)                      // so any grid covers any n
         y[i] = x[i] + y[i];
 }
 
 torch::Tensor add(torch::Tensor x, torch::Tensor y, int64_t blocks, int64_t threads) {
     TORCH_CHECK(x.is_cuda() && y.is_cuda(), "x and y must be CUDA tensors");
+    TORCH_CHECK(x.device() == y.device(), "x and y must be on the same GPU");
     TORCH_CHECK(x.scalar_type() == torch::kFloat && y.scalar_type() == torch::kFloat, "float32 only");
+    TORCH_CHECK(x.numel() == y.numel(), "x and y need as many elements");
+    const c10::cuda::CUDAGuard guard(x.device());  // launch on x's GPU, whichever GPU is current
     auto out = y.contiguous().clone();
     auto xc = x.contiguous();
-    add_kernel<<<blocks, threads>>>(out.numel(), xc.data_ptr<float>(), out.data_ptr<float>());
+    // on PyTorch's current stream of that GPU (not the legacy default stream), ordered with its other work
+    add_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+        out.numel(), xc.data_ptr<float>(), out.data_ptr<float>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();  // a launch that failed (say threads > 1024) raises here, not silently
     return out;
 }
 """

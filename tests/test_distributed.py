@@ -1,17 +1,25 @@
 """Distributed training on 2 CPU processes (gloo): every strategy of chapters 11 and 12 computes what
 one process computes, a failing rank ends the run with its error, and impossible requests are refused."""
 
+import dataclasses
+import datetime
+import os
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+import gpuformer_lib
 from gpuformer_lib import distributed as D
+from gpuformer_lib import profiles
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_PARALLEL = ROOT / "scripts" / "data_parallel.py"
-MODEL_PARALLEL = ROOT / "scripts" / "model_parallel.py"
+DATA_PARALLEL = D.worker_path("data_parallel")
+MODEL_PARALLEL = D.worker_path("model_parallel")
 
 
 def run(script, command, nproc=2):
@@ -81,6 +89,8 @@ def test_too_many_gpus_are_refused():
 def test_launch_errors():
     with pytest.raises(FileNotFoundError, match="cannot be started in another process"):
         D.launch(ROOT / "scripts" / "missing.py", 2)
+    with pytest.raises(ValueError, match="the workers are data_parallel, model_parallel"):
+        D.worker_path("pipeline")
     with pytest.raises(RuntimeError, match="not started by torchrun"):
         D.DistEnv.from_env({})
     env = D.DistEnv.from_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
@@ -97,3 +107,104 @@ def test_cost_models():
     assert D.ring_allreduce_time(0, 4, 1e-5, 1e11) == pytest.approx(6e-5)
     with pytest.raises(ValueError):
         D.gpipe_bubble(0, 4)
+
+
+def test_the_workers_ship_inside_the_package():
+    """Colab installs only the package: the workers must be in it, not in the repository's scripts/."""
+    package = Path(gpuformer_lib.__file__).parent
+    for name in D.WORKERS:
+        path = D.worker_path(name)
+        assert path.is_file() and path.parent == package / "workers", path
+    setuptools = pytest.importorskip("setuptools")
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert "gpuformer_lib.workers" in setuptools.find_packages(str(ROOT), include=include)  # what a wheel holds
+    assert not (ROOT / "scripts" / "data_parallel.py").exists()  # one copy, in the package
+
+
+def test_a_worker_runs_as_a_module_from_anywhere(tmp_path):
+    """`python -m gpuformer_lib.workers.data_parallel hello` starts its own processes, from any folder."""
+    out = subprocess.run([sys.executable, "-m", "gpuformer_lib.workers.data_parallel", "hello", "--nproc", "2"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "GPUFORMER_BACKEND": "gloo"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all_reduce of the ranks: 1" in out.stdout
+
+
+def test_the_slurm_script_runs_a_worker_module():
+    text = (ROOT / "scripts" / "slurm_ddp.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "slurm_ddp.sbatch")]).returncode == 0
+    module, command = re.search(r"-m (gpuformer_lib\.workers\.\w+) (\w+)\s*$", text).groups()
+    worker = __import__(module, fromlist=["COMMANDS"])
+    assert command in worker.COMMANDS
+
+
+@pytest.mark.parametrize("gpus", range(1, 9))
+def test_the_data_parallel_world_divides_the_workers_batch(gpus):
+    from gpuformer_lib.workers import data_parallel
+
+    profile = dataclasses.replace(profiles.PROFILES["8xh100"], gpu_count=gpus)
+    world, backend = profiles.data_parallel_world(profile, data_parallel.GLOBAL_BATCH)
+    assert data_parallel.GLOBAL_BATCH % world == 0  # equivalence would raise otherwise (3, 5, 6, 7 GPUs)
+    assert (world, backend) == ((2, "gloo") if gpus == 1 else ({3: 2, 5: 4, 6: 4, 7: 4}.get(gpus, gpus), "nccl"))
+
+
+def test_nccl_process_group_binds_its_gpu(monkeypatch):
+    """With NCCL each rank makes its GPU current and passes it as device_id (the communicator is created
+    at once, for the right GPU); gloo passes none. torch.cuda and init_process_group are stubbed."""
+    calls = {}
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.setdefault("set_device", device))
+    monkeypatch.setattr(D.dist, "init_process_group", lambda backend, **kw: calls.setdefault(backend, kw))
+    monkeypatch.setattr(D.dist, "is_initialized", lambda: False)
+    for name, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
+                        "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(profiles.REHEARSE_ENV, raising=False)
+    with D.process_group("nccl", timeout_s=5) as (env, device):
+        assert device == torch.device("cuda", 1)
+    assert calls["set_device"] == torch.device("cuda", 1)
+    assert calls["nccl"]["device_id"] == torch.device("cuda", 1)
+    assert calls["nccl"]["timeout"] == datetime.timedelta(seconds=5)
+    with D.process_group("gloo") as (env, device):
+        assert device == torch.device("cpu")
+    assert calls["gloo"]["device_id"] is None
+
+
+def test_one_gpu_refusal_names_the_gloo_backend(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(D.TooFewGPUsError, match="--nproc_per_node=1 or fewer.*GPUFORMER_BACKEND=gloo"):
+        D.check_gpus(2)
+
+
+def test_gpipe_waits_for_the_gpu_before_every_clock_read(monkeypatch, tmp_path):
+    """On a GPU, run_gpipe must synchronize before each clock read around a stage's work, or it times
+    kernel launches. Rehearsing an H100 on one gloo process; the sync and the clock record their order."""
+    monkeypatch.setenv(profiles.REHEARSE_ENV, "h100-80gb")
+    events = []
+    real_clock = time.perf_counter
+    monkeypatch.setattr(D.gpu, "synchronize", lambda device=None: events.append("sync"))
+    D.dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        monkeypatch.setattr(D.time, "perf_counter", lambda: events.append("clock") or real_clock())
+        stage = torch.nn.Linear(4, 4)
+        loss, busy = D.run_gpipe(stage, torch.randn(8, 4), torch.randn(8, 4), torch.nn.functional.mse_loss, 2, (4, 4))
+    finally:
+        monkeypatch.setattr(D.time, "perf_counter", real_clock)
+        D.dist.destroy_process_group()
+    assert loss is not None and busy > 0
+    clocks = [i for i, e in enumerate(events) if e == "clock"]
+    assert len(clocks) == 8  # 2 micro-batches x (forward, backward) x (start, end)
+    assert all(events[i - 1] == "sync" for i in clocks)
+
+
+def test_collective_backend_gives_nccl_only_to_real_gpus_enough_for_every_process():
+    h100 = profiles.PROFILES["h100-80gb"]
+    node = profiles.PROFILES["8xh100"]
+    assert profiles.collective_backend(profiles.PROFILES["cpu"], 2) == "gloo"
+    assert profiles.collective_backend(h100, 1) == "nccl"
+    assert profiles.collective_backend(h100, 2) == "gloo"  # one GPU cannot host two NCCL ranks
+    assert profiles.collective_backend(node, 8) == "nccl"
+    assert profiles.collective_backend(dataclasses.replace(node, rehearsal=True), 8) == "gloo"  # CPU processes
+    with pytest.raises(ValueError, match="processes must be >= 1"):
+        profiles.collective_backend(node, 0)

@@ -101,3 +101,58 @@ def test_cuda_c_add():
     x, y = torch.randn(100_001, device="cuda"), torch.randn(100_001, device="cuda")
     for blocks, threads in ((1, 32), (256, 256)):  # a tiny grid must still cover all of n
         assert torch.equal(kernels.cuda_add(x, y, blocks, threads), x + y)
+    with pytest.raises(RuntimeError):  # more than 1024 threads per block: the launch check raises
+        kernels.cuda_add(x, y, 1, 2048)
+    if torch.cuda.device_count() >= 2:  # tensors on another GPU than the current one: the device guard
+        x1, y1 = x.to("cuda:1"), y.to("cuda:1")
+        assert torch.equal(kernels.cuda_add(x1, y1), x1 + y1)
+
+
+@pytest.fixture
+def cuda_toolkit(monkeypatch, tmp_path):
+    """A machine with a GPU, PyTorch built for CUDA 12.4, ninja, and a toolkit in a folder that is not on
+    PATH (as /usr/local/cuda on many cloud images); returns a function that installs nvcc of a version."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: True)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    kernels._nvcc_cuda_version.cache_clear()
+
+    def install_nvcc(release: str) -> str:
+        (tmp_path / "bin").mkdir(exist_ok=True)
+        nvcc = tmp_path / "bin" / "nvcc"
+        nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+        nvcc.chmod(0o755)
+        kernels._nvcc_cuda_version.cache_clear()
+        return str(nvcc)
+
+    yield install_nvcc
+    kernels._nvcc_cuda_version.cache_clear()
+
+
+def test_cuda_c_support_uses_the_toolkit_pytorch_finds(cuda_toolkit):
+    ok, reason = kernels._cuda_c_support()
+    assert not ok and "needs the CUDA toolkit's compiler nvcc" in reason
+    nvcc = cuda_toolkit("12.6")  # only where torch.utils.cpp_extension looks, not on PATH
+    ok, reason = kernels._cuda_c_support()
+    assert ok, reason
+    assert reason == f"nvcc at {nvcc} (CUDA 12.6), PyTorch built for CUDA 12.4"
+
+
+def test_cuda_c_support_refuses_another_cuda_major_version(cuda_toolkit):
+    cuda_toolkit("11.8")
+    ok, reason = kernels._cuda_c_support()
+    assert not ok and "is CUDA 11.8, but PyTorch is built for CUDA 12.4" in reason
+    assert not kernels.kernel_support().cuda_c  # so chapter 2 skips the kernel instead of failing to build
+
+
+def test_cuda_c_support_needs_ninja(cuda_toolkit, monkeypatch):
+    from torch.utils import cpp_extension
+
+    cuda_toolkit("12.4")
+    monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
+    assert kernels._cuda_c_support() == (False, "needs the ninja build tool: pip install ninja")

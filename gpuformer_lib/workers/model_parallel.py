@@ -1,18 +1,18 @@
-"""Chapter 12's workers: model parallel training with torch.distributed, launched by torchrun.
+"""Chapter 12's workers: model parallel training with torch.distributed, one process per rank.
 
-    torchrun --standalone --nproc_per_node=2 scripts/model_parallel.py gpipe
+    python -m gpuformer_lib.workers.model_parallel gpipe                 # starts 2 processes
+    torchrun --standalone --nproc_per_node=2 -m gpuformer_lib.workers.model_parallel gpipe
 
 Subcommands: gpipe (layers split over the ranks, micro-batches by hand: the bubble measured against
 (p - 1) / (m + p - 1), and the gradients against one process), pipelining (PyTorch's GPipe and 1F1B
 schedules against one process), tensor (Megatron's column and row splits by hand, and with
 parallelize_module), fsdp (FSDP2 fully_shard against one process, and memory per rank against the
-chapter 9 calculator). Gloo on CPU processes, NCCL on GPUs (GPUFORMER_BACKEND).
+chapter 9 calculator), mesh (tensor parallel and FSDP2 on a 2 x 2 device mesh, 4 processes). Gloo on
+CPU processes, NCCL on GPUs (GPUFORMER_BACKEND).
 """
 
-import argparse
 import copy
 import logging
-import os
 import time
 import warnings
 
@@ -22,9 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpuformer_lib import data
-from gpuformer_lib.distributed import TensorParallelMLP, gpipe_bubble, process_group, rank_print, report, run_gpipe
+from gpuformer_lib.distributed import TensorParallelMLP, gpipe_bubble, rank_print, report, run_gpipe, wait_for_device
 from gpuformer_lib.memory import training_memory
 from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters
+from gpuformer_lib.profiles import current_profile, size_preset
+from gpuformer_lib.workers import run_command
 
 
 class Block(nn.Module):
@@ -53,7 +55,11 @@ def batch(width, rows, device):
     return torch.randn(rows, width, generator=g).to(device), torch.randn(rows, width, generator=g).to(device)
 
 
-def gpipe(env, device, width=256, n_blocks=8, rows=512, repeats=3):
+def gpipe(env, device, width=None, n_blocks=8, rows=None, repeats=3):
+    # on GPUs, stages large enough that each computes for milliseconds, not the launch latency of its kernels
+    preset = size_preset(current_profile(device))
+    width = width or preset.pick(cpu=256, gpu=2048)
+    rows = rows or preset.pick(cpu=512, gpu=4096)
     full = deep_model(width, n_blocks).to(device)
     x, y = batch(width, rows, device)
     F.mse_loss(full(x), y).backward()  # the reference: one process, the whole model and batch
@@ -69,8 +75,10 @@ def gpipe(env, device, width=256, n_blocks=8, rows=512, repeats=3):
         for _ in range(repeats):
             stage.zero_grad(set_to_none=True)
             dist.barrier()
+            wait_for_device(device)  # a GPU's queued work must not leak into (or out of) the timed step
             t0 = time.perf_counter()
             _, b = run_gpipe(stage, x if first else None, y if last else None, F.mse_loss, m, (rows // m, width))
+            wait_for_device(device)
             dist.barrier()
             times.append(time.perf_counter() - t0)
             busy.append(b)
@@ -251,8 +259,4 @@ def mesh(env, device, width=64, rows=16, steps=3):
 COMMANDS = {f.__name__: f for f in (gpipe, pipelining, tensor, fsdp, mesh)}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=sorted(COMMANDS))
-    args = parser.parse_args()
-    with process_group(os.environ.get("GPUFORMER_BACKEND"), timeout_s=60) as (env, device):
-        COMMANDS[args.command](env, device)
+    run_command(COMMANDS, "gpuformer_lib.workers.model_parallel")

@@ -1,6 +1,7 @@
-"""Chapter 11's workers: data parallel training with torch.distributed, launched by torchrun.
+"""Chapter 11's workers: data parallel training with torch.distributed, one process per rank.
 
-    torchrun --standalone --nproc_per_node=2 scripts/data_parallel.py equivalence
+    python -m gpuformer_lib.workers.data_parallel equivalence            # starts 2 processes
+    torchrun --standalone --nproc_per_node=2 -m gpuformer_lib.workers.data_parallel equivalence
 
 Subcommands: hello (ranks and an all-reduce), equivalence (naive, hooked and PyTorch DDP against one
 process on the whole batch, with no_sync accumulation and a rank-0 checkpoint), sampler
@@ -9,10 +10,8 @@ hand), scaling (training throughput at this world size), fail (a rank that raise
 processes, NCCL on GPUs (GPUFORMER_BACKEND, set by distributed.launch).
 """
 
-import argparse
 import os
 import tempfile
-import time
 
 import torch
 import torch.distributed as dist
@@ -21,10 +20,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from gpuformer_lib import bench, data
-from gpuformer_lib.distributed import (NaiveDataParallel, average_gradients, process_group, rank_print, report,
-                                       ring_all_reduce)
+from gpuformer_lib.distributed import NaiveDataParallel, average_gradients, rank_print, report, ring_all_reduce
 from gpuformer_lib.model import DecoderLM, TransformerConfig
+from gpuformer_lib.workers import run_command
 
+GLOBAL_BATCH = 8
+"""Samples per step of the equivalence check; the number of ranks must divide it
+(``profiles.data_parallel_world`` chooses one that does)."""
 CONFIG = TransformerConfig(vocab_size=16, d_model=32, n_heads=4, n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32)
 
 
@@ -46,7 +48,7 @@ def hello(env, device):
     report("rank_sum", value.item())
 
 
-def equivalence(env, device, steps=5, global_batch=8):
+def equivalence(env, device, steps=5, global_batch=GLOBAL_BATCH):
     n, r = env.world_size, env.rank
     if global_batch % n:
         raise ValueError(f"the global batch of {global_batch} does not split over {n} ranks")
@@ -186,10 +188,4 @@ def fail(env, device):
 COMMANDS = {f.__name__: f for f in (hello, equivalence, sampler, allreduce, scaling, fail)}
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("command", choices=sorted(COMMANDS))
-    args = parser.parse_args()
-    with process_group(os.environ.get("GPUFORMER_BACKEND"), timeout_s=60) as (env, device):
-        started = time.perf_counter()
-        COMMANDS[args.command](env, device)
-        report("seconds", time.perf_counter() - started)
+    run_command(COMMANDS, "gpuformer_lib.workers.data_parallel")

@@ -1,0 +1,38 @@
+"""The distributed workers of chapters 11 and 12: modules that torchrun starts once per process.
+
+A worker must live in a file every process can import (a function defined in a notebook cell cannot
+be started in another process). These ship inside the package, so they run wherever the library is
+installed, Colab included, without a clone of the repository:
+
+    python -m gpuformer_lib.workers.data_parallel equivalence        # starts 2 processes itself
+    torchrun --standalone --nproc_per_node=2 -m gpuformer_lib.workers.data_parallel equivalence
+    distributed.launch(distributed.worker_path("data_parallel"), 2, ["equivalence"])  # from a notebook
+
+Covers: :func:`run_command`, the command line the workers share. Leaves out: the parallel algorithms
+themselves (:mod:`gpuformer_lib.distributed`), which the workers call and check against one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Callable, Sequence
+
+from gpuformer_lib import distributed
+
+
+def run_command(commands: dict[str, Callable], module: str, argv: Sequence[str] | None = None) -> None:
+    """Run one of a worker's ``commands`` on every rank. Started by hand (not by torchrun), start the
+    processes first: ``--nproc`` of them under torchrun, each running this module with the command."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("command", choices=sorted(commands))
+    parser.add_argument("--nproc", type=int, default=2, help="processes to start when not run by torchrun")
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        distributed.launch(distributed.worker_path(module.rsplit(".", 1)[-1]), args.nproc, [args.command])
+        return
+    with distributed.process_group(os.environ.get("GPUFORMER_BACKEND"), timeout_s=60) as (env, device):
+        started = time.perf_counter()
+        commands[args.command](env, device)
+        distributed.report("seconds", time.perf_counter() - started)
