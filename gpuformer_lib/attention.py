@@ -91,16 +91,18 @@ class MultiHeadAttention(nn.Module):
 
     Parameters are named as in ``torch.nn.MultiheadAttention`` (``in_proj_weight`` holding W_q, W_k
     and W_v stacked, ``in_proj_bias``, ``out_proj``), so one module's ``state_dict`` loads into the
-    other. ``use_sdpa`` switches between the explicit path (:func:`scaled_dot_product_attention`,
-    which can return the weights) and PyTorch's fused ``F.scaled_dot_product_attention``; both give
-    the same result.
+    other. ``fused`` is chosen when the module is built and cannot be flipped later: True computes
+    attention with PyTorch's fused ``F.scaled_dot_product_attention``, False with the explicit
+    :func:`scaled_dot_product_attention` (which keeps the (B, H, Tq, Tk) scores and which FLOP
+    counters see). Both give the same result; ``need_weights=True`` always takes the explicit path.
+    To compare the two, build one of each and load one's ``state_dict`` into the other.
 
     Masks: ``attn_mask`` as in :func:`scaled_dot_product_attention` (boolean True = may attend),
     shaped (Tq, Tk) or (B, H, Tq, Tk) or anything that broadcasts to it; ``key_padding_mask`` (B, Tk)
     is True at *padding* keys, which are ignored (the convention of ``nn.MultiheadAttention``).
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, use_sdpa: bool = True):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, fused: bool = True):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -108,13 +110,21 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.head_size = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
-        self.use_sdpa = use_sdpa
+        self._fused = bool(fused)
         self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * d_model)) if bias else None
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         nn.init.xavier_uniform_(self.in_proj_weight)
         if bias:
             nn.init.zeros_(self.out_proj.bias)
+
+    @property
+    def fused(self) -> bool:
+        """True: PyTorch's fused kernel; False: the explicit computation. Fixed at construction."""
+        return self._fused
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}, fused={self.fused}"
 
     def split_heads(self, x: Tensor) -> Tensor:
         B, T, _ = x.shape
@@ -162,7 +172,7 @@ class MultiHeadAttention(nn.Module):
             mask = mask.to(q.dtype)  # the fused kernel wants a float mask in the dtype of q
         causal_only = is_causal and mask is None
         dropout_p = self.dropout if self.training else 0.0
-        if self.use_sdpa and not need_weights:
+        if self._fused and not need_weights:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal_only)
             weights = None
         else:

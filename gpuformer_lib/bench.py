@@ -8,12 +8,14 @@ Covers:
 - a table of datasheet dense peaks for common NVIDIA GPUs, looked up by the detected GPU's name
   (:func:`lookup_gpu_peak`, :func:`peak_flops`), never one GPU hard-coded;
 - the roofline model (:func:`attainable_flops`) and speedup = time before / time after;
-- FLOPs of a Transformer training step (:func:`transformer_flops`) and :func:`mfu`;
+- :func:`mfu`, model FLOPs per second over the peak (the FLOPs formula is ``model.transformer_flops``);
 - monitoring and profiling: :func:`nvml_sample` (utilisation, memory, power), :func:`profile_steps`
-  (``torch.profiler`` with a schedule, writing a Perfetto trace) and :func:`profile_table`.
+  (``torch.profiler`` with a schedule, writing a Perfetto trace), :func:`profile_table`,
+  :func:`time_by_category` (where a step's time goes, each kernel counted once) and
+  :func:`sample_while_busy` (NVML and the allocator's counters after some work).
 
-``python -m gpuformer_lib.bench`` runs the training ladder of chapter 10 (:mod:`gpuformer_lib.ladder`).
-Leaves out: plots (``viz``). Imports nothing else of the library (the command imports the ladder).
+Leaves out: plots (``viz``), the training ladder (``python -m gpuformer_lib.ladder``). Imports nothing of
+the library but ``gpu`` (no model: it measures whatever function it is given).
 """
 
 from __future__ import annotations
@@ -317,36 +319,7 @@ def format_rate(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-# --------------------------------------------------------------------------- model FLOPs and MFU
-
-
-def transformer_flops(config, batch_size: int, tgt_len: int, src_len: int = 0, training: bool = True) -> int:
-    """Matrix-product FLOPs of one step of the course's models, counted as the hardware does them.
-
-    ``config`` is a ``TransformerConfig``. With ``src_len > 0`` the encoder-decoder ``Transformer``
-    (``config.n_encoder_layers`` + ``n_decoder_layers``), otherwise the decoder-only ``DecoderLM``.
-    Per layer and token: projections 8 C^2 (Q, K, V, output), feed-forward 4 C d_ff, attention 4 T C
-    (scores and weighted sum, the full T x T: causal masking does not halve what most kernels compute);
-    cross-attention adds 4 C^2 + 4 S C, and projecting the encoder memory 4 S C^2 per sequence. Training
-    is 3x the forward (the backward computes gradients for inputs and weights). Embedding lookups,
-    norms and softmax are left out, as is customary (they are a few percent).
-
-    Note: ``torch.utils.flop_counter.FlopCounterMode`` agrees with this on the explicit attention path;
-    on the CPU it does not count PyTorch's fused SDPA kernel at all.
-    """
-    C, F, T, S, V = config.d_model, config.d_ff, tgt_len, src_len, config.vocab_size
-
-    def self_layer(n: int) -> int:
-        return 8 * n * C * C + 4 * n * n * C + 4 * n * C * F
-
-    if src_len:
-        encoder = config.n_encoder_layers * self_layer(S)
-        cross = 4 * T * C * C + 4 * S * C * C + 4 * T * S * C
-        decoder = config.n_decoder_layers * (self_layer(T) + cross)
-        forward = encoder + decoder + 2 * T * C * V
-    else:
-        forward = config.n_decoder_layers * self_layer(T) + 2 * T * C * V
-    return batch_size * forward * (3 if training else 1)
+# --------------------------------------------------------------------------- MFU
 
 
 def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> float:
@@ -359,9 +332,15 @@ def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> fl
 # --------------------------------------------------------------------------- monitoring and profiling
 
 
-def nvml_sample(device: torch.device | str | int = 0) -> dict[str, float] | None:
+def nvml_sample(device: torch.device | str | int | None = None) -> dict[str, float | None] | None:
     """GPU utilisation (%), memory in use (GiB), power (W) and temperature (C) from NVML, the driver's
     monitoring library; None where there is no NVIDIA GPU or no ``pynvml`` (``pip install nvidia-ml-py``).
+    ``device``: a CUDA device or index (default: the current GPU).
+
+    The GPU is found by its UUID: NVML numbers every GPU in the machine, CUDA only those that
+    ``CUDA_VISIBLE_DEVICES`` lets through, so with ``CUDA_VISIBLE_DEVICES=3`` NVML's GPU 0 is another
+    GPU than ``cuda:0``. Each field is read on its own: one the driver does not report here (power on some
+    virtual GPUs, utilisation on a MIG slice) is None, and the others are still read.
 
     Utilisation is the share of the last sample period in which *any* kernel ran: 100 % does not mean
     the GPU's units were busy (MFU says that).
@@ -372,18 +351,51 @@ def nvml_sample(device: torch.device | str | int = 0) -> dict[str, float] | None
         import pynvml
     except ImportError:
         return None
-    index = torch.device(device).index if not isinstance(device, int) else device
+    device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+    if device.type != "cuda":
+        return None
+    index = torch.cuda.current_device() if device.index is None else device.index
+    uuid = str(torch.cuda.get_device_properties(index).uuid)
+    uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"  # NVML's spelling of the same UUID
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index or 0)
-        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
-        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        sample = {"utilization_pct": float(util.gpu), "memory_used_gib": mem.used / 2**30,
-                  "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,
-                  "temperature_c": float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))}
     except pynvml.NVMLError:
         return None
-    return sample
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except pynvml.NVMLError:
+        pynvml.nvmlShutdown()
+        return None
+
+    def read(field: Callable[[], float]) -> float | None:
+        try:
+            return float(field())
+        except pynvml.NVMLError:
+            return None
+
+    try:
+        return {"utilization_pct": read(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+                "memory_used_gib": read(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 2**30),
+                "power_w": read(lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3),  # milliwatts
+                "temperature_c": read(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def sample_while_busy(step: Callable[[], object], device: torch.device | str, steps: int = 5) -> str:
+    """Run ``step()`` ``steps`` times, then report what the GPU says about itself: NVML's sample (its
+    utilisation then covers a busy period) and the caching allocator's allocated and reserved bytes.
+    Lines to print; in a rehearsal the allocator's counters read 0 and NVML has no GPU to ask."""
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    sample = nvml_sample(device)
+    readings = ", ".join(f"{k} {v:.1f}" if v is not None else f"{k} not reported" for k, v in (sample or {}).items())
+    lines = [readings or "NVML is not available here (no NVIDIA driver, or no nvidia-ml-py): no utilisation or "
+                         "power to read"]
+    lines.append(f"allocated by PyTorch: {gpu.memory_allocated(device) / 2**30:.2f} GiB, "
+                 f"reserved by its cache: {gpu.memory_reserved(device) / 2**30:.2f} GiB")
+    return "\n".join(lines)
 
 
 def profile_steps(step: Callable[[], object], *, wait: int = 1, warmup: int = 1, active: int = 3,
@@ -456,12 +468,37 @@ def profile_table(prof, *, row_limit: int = 12, device: torch.device | str | Non
     return prof.key_averages().table(sort_by=key, row_limit=row_limit, max_name_column_width=48)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m gpuformer_lib.bench``: run the training ladder (see :mod:`gpuformer_lib.ladder`)."""
-    from gpuformer_lib.ladder import main as ladder_main
+# Checked in order: the loss's log_softmax / nll_loss before attention's softmax, products before the rest.
+_TIME_CATEGORIES = (
+    ("loss (log-softmax, NLL)", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("attention", ("attention", "flash", "sdpa", "softmax")),
+    ("matrix products", ("mm", "matmul", "linear", "gemm")),
+    ("optimizer", ("adam", "foreach")),
+)
+OTHER_CATEGORY = "element-wise, norms, copies"
 
-    return ladder_main(argv)
+
+def operator_category(name: str) -> str:
+    """The category of an operator by its name, e.g. ``aten::addmm`` -> 'matrix products'."""
+    name = name.lower()
+    return next((category for category, keys in _TIME_CATEGORIES if any(k in name for k in keys)), OTHER_CATEGORY)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def time_by_category(events, device: torch.device | str | None = None) -> dict[str, float]:
+    """Microseconds per category (:func:`operator_category`) of a profile's ``key_averages()``, each unit
+    of time counted once.
+
+    Only ``aten::`` operators count, by their *self* time: on a CPU the time spent in the operator
+    itself, not in the operators it called; on a GPU (``device`` a CUDA device) the device time of the
+    kernels it launched itself (``self_device_time_total``). Kernel events (``nvjet_*``, ``cutlass``,
+    ``Memcpy``) and ranges such as ``ProfilerStep#3`` or ``train_step`` are left out: their time is
+    already an ``aten::`` operator's, and summing both would count every kernel twice.
+    """
+    on_gpu = device is not None and torch.device(device).type == "cuda"
+    attr = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    shares: dict[str, float] = {}
+    for e in events:
+        if e.key.startswith("aten::") and getattr(e, attr, 0) > 0:
+            category = operator_category(e.key)
+            shares[category] = shares.get(category, 0.0) + getattr(e, attr)
+    return shares

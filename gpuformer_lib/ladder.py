@@ -1,20 +1,23 @@
-"""The training ladder of chapter 10: from strict float32 eager to the fastest path, one measured step
-at a time, each rung keeping the ones before it.
+"""The training ladder: from strict float32 eager to the fastest path, one measured step at a time,
+each rung keeping the ones before it.
 
     fp32 eager -> TF32 matmuls -> bf16 autocast -> fused SDPA attention -> torch.compile
     -> fused AdamW -> CUDA graphs
 
-Every rung trains the same ``DecoderLM`` on the same batch (random token ids: throughput does not
-depend on the data) and reports step time, tokens per second, MFU (against the GPU's dense 16-bit
-datasheet peak, or on a CPU against its measured float32 matmul peak) and peak memory (CUDA only).
-A last row runs PyTorch's own ``nn.TransformerEncoder`` at the settings of the fused-SDPA rung, so
-the library's step can be compared with PyTorch's; and causal attention alone (forward + backward,
-explicit against fused) is timed at the preset's shape (bf16 on a GPU, float32 on a CPU).
+Each rung is a :class:`~gpuformer_lib.speed.SpeedPlan`: the one before it with one more technique, applied
+by the functions of :mod:`gpuformer_lib.speed` and timed with its training step. Every rung trains the same
+``DecoderLM`` on the same batch (random token ids: throughput does not depend on the data) and reports step
+time, tokens per second, MFU (against the GPU's dense 16-bit datasheet peak, or on a CPU against its
+measured float32 matmul peak) and peak memory (GPU only). A last row runs PyTorch's own
+``nn.TransformerEncoder`` at the settings of the fused-SDPA rung; and causal attention alone (forward +
+backward, explicit against fused) is timed at the preset's shape.
 
-Run it as ``python -m gpuformer_lib.bench`` (see :func:`main`). Rungs a device cannot run (TF32 and
-CUDA graphs on a CPU) are reported as skipped, with the reason; a GPU without bf16 (a T4) climbs
-with fp16 and a gradient scaler instead. The embedding's range check (a host sync per step) is
-off in every rung: chapter 10 measures it separately. Leaves out: data loading (chapter 7), several GPUs (chapter 11).
+Run it as ``python -m gpuformer_lib.ladder`` (see :func:`main`). The default preset is chosen by memory
+(:func:`preset_for`): GPT-2 small with the largest batch whose strictest rung fits the GPU with a margin,
+a tiny model on a CPU. A rung that runs out of memory anyway is recorded as skipped; rungs a device cannot
+run (TF32 below compute capability 8.0, CUDA graphs off CUDA) are skipped with the reason. A GPU without
+bf16 (a T4) climbs with fp16 and a gradient scaler. The embedding's range check (a host sync per step) is
+off in every rung. Leaves out: data loading (chapter 7), several GPUs (chapter 11).
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpuformer_lib import bench
-from gpuformer_lib.attention import MultiHeadAttention
-from gpuformer_lib.device import hardware_summary, pick_device
-from gpuformer_lib.model import DecoderLM, TokenEmbedding, TransformerConfig, count_parameters, gpt2_config
+from gpuformer_lib import bench, gpu, memory, speed
+from gpuformer_lib.device import hardware_summary
+from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters, gpt2_config, transformer_flops
+from gpuformer_lib.profiles import DeviceProfile, compute_device, compute_dtype, current_profile, low_precision_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,53 +49,108 @@ class LadderPreset:
     config: TransformerConfig
     batch_size: int
     seq_len: int
+    name: str = "custom"
 
 
 PRESETS = {
-    "gpt2-small": LadderPreset(gpt2_config(), batch_size=16, seq_len=1024),
+    "gpt2-small": LadderPreset(gpt2_config(), batch_size=16, seq_len=1024, name="gpt2-small"),
     # small enough for a laptop CPU: a few seconds per rung
     "tiny": LadderPreset(TransformerConfig(vocab_size=512, d_model=128, n_heads=4, n_decoder_layers=2, d_ff=512,
                                            dropout=0.0, max_len=128, activation="gelu", positional="learned"),
-                         batch_size=8, seq_len=128),
+                         batch_size=8, seq_len=128, name="tiny"),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Rung:
-    """One setting of the ladder. Each rung of :func:`ladder_rungs` keeps everything before it."""
+    """One setting of the ladder: a speed plan, on the library's model or on PyTorch's."""
 
     key: str
     name: str
-    tf32: bool = False
-    dtype: torch.dtype | None = None
-    """Autocast dtype (None: float32)."""
-    fused_attention: bool = False
-    compile: bool = False
-    fused_adamw: bool = False
-    cuda_graphs: bool = False
+    plan: speed.SpeedPlan
     pytorch_model: bool = False
     """Use PyTorch's nn.TransformerEncoder instead of the library's layers."""
+
+
+STRICT_FP32 = speed.SpeedPlan(dtype=None, tf32=False, fused_attention=False, check_token_ids=False)
+"""The first rung: float32 everywhere, explicit attention, no host sync for the id check."""
 
 
 def ladder_rungs(low_precision: torch.dtype = torch.bfloat16) -> list[Rung]:
     """The rungs in order; ``low_precision`` is bf16, or fp16 on GPUs without bf16 (a T4)."""
     low = str(low_precision).removeprefix("torch.").replace("bfloat", "bf").replace("float", "fp")
-    rungs = [Rung("fp32", "fp32 eager (strict)")]
-    for key, name, change in [
+    rungs = [Rung("fp32", "fp32 eager (strict)", STRICT_FP32)]
+    for key, name, change in [  # one speed technique per rung, added to everything before it
         ("tf32", "+ TF32 matmuls", dict(tf32=True)),
         ("autocast", f"+ {low} autocast", dict(dtype=low_precision)),
         ("sdpa", "+ fused SDPA attention", dict(fused_attention=True)),
         ("compile", "+ torch.compile", dict(compile=True)),
-        ("fused_adamw", "+ fused AdamW", dict(fused_adamw=True)),
+        ("fused_adamw", "+ fused AdamW", dict(fused_optimizer=True)),
         ("cuda_graphs", "+ CUDA graphs", dict(cuda_graphs=True)),
     ]:
-        rungs.append(dataclasses.replace(rungs[-1], key=key, name=name, **change))
-    rungs.append(dataclasses.replace(rungs[3], key="pytorch", name="PyTorch nn.TransformerEncoder, as '+ fused SDPA'",
-                                     pytorch_model=True))
+        rungs.append(Rung(key, name, dataclasses.replace(rungs[-1].plan, **change)))
+    rungs.append(Rung("pytorch", "PyTorch nn.TransformerEncoder, as '+ fused SDPA'", rungs[3].plan,
+                      pytorch_model=True))
     return rungs
 
 
 RUNG_KEYS = tuple(r.key for r in ladder_rungs())
+
+# --------------------------------------------------------------------------- what fits: chosen by memory
+
+MEMORY_MARGIN = 0.2
+"""Share of a GPU's memory left free when choosing sizes: the calculator omits the allocator's rounding,
+temporaries inside one operation and the CUDA context."""
+
+
+def step_memory(config: TransformerConfig, batch_size: int, seq_len: int, plan: speed.SpeedPlan) -> int:
+    """Bytes of a training step of a ``DecoderLM`` with AdamW under ``plan``, by the calculator
+    (:func:`memory.training_memory`) plus what it omits: the loss's vocabulary-sized temporaries (logits,
+    log-softmax and its gradient, B*T*V*4 bytes each)."""
+    with torch.device("meta"):  # counts parameters without allocating them
+        n_params = count_parameters(DecoderLM(config))
+    low = plan.dtype is not None
+    calculated = memory.training_memory(
+        n_params, n_layers=config.n_decoder_layers, d_model=config.d_model, n_heads=config.n_heads,
+        d_ff=config.d_ff, seq_len=seq_len, batch_size=batch_size, vocab_size=config.vocab_size,
+        activation_bytes=2 if low else 4, autocast=low, fused_attention=plan.fused_attention,
+        dropout=config.dropout > 0, checkpointing=plan.checkpointing).total
+    return calculated + 3 * batch_size * seq_len * config.vocab_size * 4
+
+
+def _fits(nbytes: int, profile: DeviceProfile) -> bool:
+    return nbytes <= (1 - MEMORY_MARGIN) * profile.memory_gib * 2**30
+
+
+def preset_for(profile: DeviceProfile) -> LadderPreset:
+    """The default preset for a device, by memory: on a GPU, GPT-2 small at T = 1024 with the largest batch
+    of 16, 8, 4, 2, 1 whose strictest rung (fp32, explicit attention: B*H*T^2 scores per layer) fits with
+    :data:`MEMORY_MARGIN` to spare; the tiny preset on a CPU, on MPS, and in rehearsal (which computes on
+    the CPU)."""
+    if not profile.on_gpu or profile.rehearsal:
+        return PRESETS["tiny"]
+    gpt2 = PRESETS["gpt2-small"]
+    for batch_size in (16, 8, 4, 2, 1):
+        if _fits(step_memory(gpt2.config, batch_size, gpt2.seq_len, STRICT_FP32), profile):
+            return dataclasses.replace(gpt2, batch_size=batch_size)
+    return PRESETS["tiny"]
+
+
+def configs_that_fit(configs: list[TransformerConfig], batch_size: int, seq_len: int, profile: DeviceProfile,
+                     plan: speed.SpeedPlan) -> list[TransformerConfig]:
+    """The models among ``configs`` whose training step under ``plan`` fits the GPU with
+    :data:`MEMORY_MARGIN` to spare (for a sweep of sizes); all of them on a device without a known memory
+    (a CPU). Raises ``ValueError`` if none fits."""
+    if not profile.on_gpu:
+        return list(configs)
+    fit = [c for c in configs if _fits(step_memory(c, batch_size, seq_len, plan), profile)]
+    if not fit:
+        raise ValueError(f"none of the {len(configs)} models fits {profile.memory_gib} GiB at batch {batch_size} x "
+                         f"{seq_len}: use a smaller batch or sequence")
+    return fit
+
+
+# --------------------------------------------------------------------------- measuring a rung
 
 
 @dataclasses.dataclass
@@ -108,7 +166,7 @@ class LadderRow:
     peak_memory_gib: float | None = None
     loss: float | None = None
     speedup: float | None = None
-    """Step time of the first rung / this rung's (time before / time after)."""
+    """Step time of the first measured rung / this rung's (time before / time after)."""
     note: str = ""
 
 
@@ -119,6 +177,8 @@ class PyTorchLM(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(c.vocab_size, c.d_model)
         self.pos = nn.Embedding(c.max_len, c.d_model)
+        for table in (self.embed, self.pos):
+            nn.init.normal_(table.weight, std=c.d_model ** -0.5)  # as the library's, so the losses compare
         layer = nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, activation="gelu",
                                            batch_first=True, norm_first=True)
         self.blocks = nn.TransformerEncoder(layer, c.n_decoder_layers, norm=nn.LayerNorm(c.d_model),
@@ -133,81 +193,84 @@ class PyTorchLM(nn.Module):
         return self.lm_head(self.blocks(x, mask=mask, is_causal=True))
 
 
-def _skip_reason(rung: Rung, device: torch.device) -> str | None:
+def skip_reason(rung: Rung, profile: DeviceProfile, device: torch.device) -> str | None:
     """Why a device cannot run the rung that introduces a feature (later rungs simply go without it)."""
-    if rung.key in ("tf32", "cuda_graphs") and device.type != "cuda":
-        return "TF32 and CUDA graphs are NVIDIA GPU features"
-    if rung.key == "tf32" and torch.cuda.get_device_capability(device) < (8, 0):
-        return "TF32 needs compute capability 8.0 or newer"
+    if rung.key == "tf32" and not profile.tf32:
+        return "TF32 needs an NVIDIA GPU of compute capability 8.0 or newer"
+    if rung.key == "cuda_graphs" and device.type != "cuda":
+        return "CUDA graphs need a CUDA device" + (" (a rehearsal computes on the CPU)" if profile.rehearsal else "")
     return None
 
 
-def _peak(device: torch.device, dtype: torch.dtype) -> tuple[float | None, str]:
-    if device.type == "cuda":
+def runnable_plan(plan: speed.SpeedPlan, profile: DeviceProfile, device: torch.device) -> speed.SpeedPlan:
+    """``plan`` without what the device cannot run (TF32, CUDA graphs)."""
+    return dataclasses.replace(plan, tf32=plan.tf32 and profile.tf32,
+                               cuda_graphs=plan.cuda_graphs and device.type == "cuda")
+
+
+def peak_flops_for(profile: DeviceProfile, device: torch.device | str,
+                   dtype: torch.dtype) -> tuple[float, str]:
+    """The peak MFU divides by, and where it comes from: on a GPU the datasheet's dense peak for ``dtype``
+    (looked up by the profile's GPU name, so a rehearsal reports the rehearsed GPU's); for a GPU the table
+    does not know, and on a CPU or MPS, a measured matrix-product peak (float32 on a CPU)."""
+    device = torch.device(device)
+    if profile.on_gpu:
         try:
-            return bench.peak_flops(dtype, device), f"datasheet dense {dtype} peak"
-        except ValueError as error:
-            return None, str(error)
-    n = 1024 if device.type == "cpu" else 2048
-    measured = bench.measure_matmul(n, torch.float32, device, repeats=5, max_seconds=1.0).flops_per_s
-    return measured, f"measured float32 matmul peak (n={n})"
+            return bench.peak_flops(dtype, gpu_name=profile.gpu_name), f"datasheet dense {_name(dtype)} peak"
+        except ValueError:
+            pass  # not in the table: measure it
+    dtype = dtype if profile.on_gpu else torch.float32
+    n = 4096 if profile.on_gpu else (1024 if device.type == "cpu" else 2048)
+    measured = bench.measure_matmul(n, dtype, device, repeats=5, max_seconds=1.0).flops_per_s
+    return measured, f"measured {_name(dtype)} matmul peak (n={n})"
 
 
-def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device, *, steps: int = 10, warmup: int = 3,
-                 peak: float | None = None) -> LadderRow:
-    """Build a fresh model, optimizer and batch for ``rung`` and time its training step."""
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device | str, *, profile: DeviceProfile | None = None,
+                 steps: int = 10, warmup: int = 3, peak: float | None = None) -> LadderRow:
+    """Build a fresh model, optimizer and batch for ``rung`` with :mod:`speed` and time its training step."""
+    device = torch.device(device)
+    profile = profile or current_profile(device)
     row = LadderRow(rung.key, rung.name)
-    reason = _skip_reason(rung, device)
+    reason = skip_reason(rung, profile, device)
     if reason:
         row.note = f"skipped: {reason}"
         return row
+    plan = runnable_plan(rung.plan, profile, device)
     c, B, T = preset.config, preset.batch_size, preset.seq_len
     torch.manual_seed(0)
-    model: nn.Module = (PyTorchLM(c) if rung.pytorch_model else DecoderLM(c)).to(device)
-    for m in model.modules():
-        if isinstance(m, MultiHeadAttention):
-            m.use_sdpa = rung.fused_attention
-        if isinstance(m, TokenEmbedding):
-            m.check_ids = False  # a host sync per step; the batch is known to be in range
-        if isinstance(m, nn.Embedding) and not isinstance(m, TokenEmbedding):
-            nn.init.normal_(m.weight, std=c.d_model ** -0.5)  # as the library's, so the losses compare
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=rung.fused_adamw or None)
-    scaler = torch.amp.GradScaler(device.type, enabled=rung.dtype == torch.float16)
-    on_gpu = device.type == "cuda"
-    if rung.compile:
-        model = torch.compile(model, mode="reduce-overhead" if rung.cuda_graphs and on_gpu else None)
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, c.vocab_size, (B, T + 1), generator=g).to(device)
-    inputs, targets = ids[:, :-1], ids[:, 1:]
+    model = (PyTorchLM(c) if rung.pytorch_model else DecoderLM(speed.model_config(c, plan))).to(device)
+    model = speed.apply_plan(model, plan, device)  # checkpointing, then compile
+    optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
+    step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
+                                 scaler=speed.grad_scaler(plan, device), tf32=plan.tf32, cuda_graphs=plan.cuda_graphs)
+    ids = torch.randint(0, c.vocab_size, (B, T + 1), generator=torch.Generator().manual_seed(1)).to(device)
     last = {}
 
-    def step() -> None:
-        with torch.autocast(device.type, dtype=rung.dtype, enabled=rung.dtype is not None):
-            logits = model(inputs)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())  # (B*T, V) in float32
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        last["loss"] = loss.detach()
+    def run() -> None:
+        last["loss"] = step([ids]).loss
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    with bench.float32_matmul_precision("high" if rung.tf32 and on_gpu else "highest"):
+    try:
+        if profile.on_gpu:
+            gpu.reset_peak_memory_stats(device)
         started = time.perf_counter()
-        step()
+        run()
         bench.synchronize(device)
         row.first_step_s = time.perf_counter() - started
-        timing = bench.time_fn(step, device=device, warmup=max(warmup - 1, 0), repeats=steps)
-    row.step_s = timing.median
-    row.tokens_per_s = B * T / row.step_s
-    row.loss = float(last["loss"])
-    if peak:
-        row.mfu = bench.mfu(bench.transformer_flops(c, B, T), row.step_s, peak)
-    if device.type == "cuda":
-        row.peak_memory_gib = torch.cuda.max_memory_allocated(device) / 2**30
-    if rung.compile:
-        torch._dynamo.reset()
+        timing = bench.time_fn(run, device=device, warmup=max(warmup - 1, 0), repeats=steps)
+        row.step_s = timing.median
+        row.tokens_per_s = B * T / row.step_s
+        row.loss = float(last["loss"])
+        if peak:
+            row.mfu = bench.mfu(transformer_flops(c, B, T), row.step_s, peak)
+        if profile.on_gpu:
+            row.peak_memory_gib = gpu.max_memory_allocated(device) / 2**30
+    finally:
+        if plan.compile:
+            torch._dynamo.reset()
     return row  # the model and optimizer go with this frame; run_ladder then empties the CUDA cache
 
 
@@ -234,10 +297,15 @@ def attention_benchmark(device: torch.device, *, batch_size: int, n_heads: int, 
             "speedup": bench.speedup(times["explicit_s"], times["fused_s"])}
 
 
+# --------------------------------------------------------------------------- the whole ladder
+
+
 @dataclasses.dataclass
 class LadderResult:
     preset: str
     device: str
+    profile: str
+    """The device profile the choices were made from (a GPU's name under rehearsal)."""
     hardware: dict
     batch_size: int
     seq_len: int
@@ -250,6 +318,9 @@ class LadderResult:
     """Causal attention forward + backward at the preset's shape: explicit against fused (SDPA)."""
     versions: dict
     date: str
+
+    def row(self, key: str) -> LadderRow:
+        return next(r for r in self.rows if r.key == key)
 
     def table(self) -> str:
         head = f"{'rung':52} {'step':>10} {'tokens/s':>10} {'MFU':>6} {'memory':>9} {'speedup':>8} {'loss':>7}"
@@ -269,22 +340,19 @@ class LadderResult:
 
 
 def _versions() -> dict[str, str]:
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "cuda": str(torch.version.cuda), "triton": _triton_version()}
-
-
-def _triton_version() -> str:
     try:
         import triton
-        return triton.__version__
+        triton_version = triton.__version__
     except ImportError:
-        return "none"
+        triton_version = "none"
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": str(torch.version.cuda),
+            "triton": triton_version}
 
 
-def run_ladder(preset: str | LadderPreset = "tiny", device: str | torch.device | None = None, *, steps: int = 10,
-               warmup: int = 3, skip: tuple[str, ...] = (), verbose: bool = True) -> LadderResult:
-    """Measure every rung for ``preset`` on ``device`` (default: the best available)."""
-    name = preset if isinstance(preset, str) else "custom"
+def run_ladder(preset: str | LadderPreset | None = None, device: str | torch.device | None = None, *,
+               steps: int = 10, warmup: int = 3, skip: tuple[str, ...] = (), verbose: bool = True) -> LadderResult:
+    """Measure every rung for ``preset`` (default: :func:`preset_for` this device) on ``device`` (default: the
+    best available; the CPU in a rehearsal)."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
@@ -294,11 +362,11 @@ def run_ladder(preset: str | LadderPreset = "tiny", device: str | torch.device |
         raise ValueError(f"unknown rungs to skip {sorted(unknown)}: the rungs are {', '.join(RUNG_KEYS)}")
     if steps < 1 or warmup < 1:
         raise ValueError("need steps >= 1 and warmup >= 1 (the first step, with compilation, is never timed)")
-    device = pick_device(device)
-    low = torch.bfloat16
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-        low = torch.float16  # a T4 or V100: fp16 with a gradient scaler
-    peak, source = _peak(device, low)
+    profile = current_profile(device)
+    device = compute_device(profile, device)
+    preset = preset if preset is not None else preset_for(profile)
+    low = low_precision_dtype(profile) or torch.bfloat16  # a CPU without native bf16 shows what emulation costs
+    peak, source = peak_flops_for(profile, device, low)
     rows = []
     for rung in ladder_rungs(low):
         if rung.key in skip:
@@ -306,22 +374,25 @@ def run_ladder(preset: str | LadderPreset = "tiny", device: str | torch.device |
             continue
         if verbose:
             print(f"measuring {rung.name} ...", file=sys.stderr, flush=True)
-        rows.append(measure_rung(rung, preset, device, steps=steps, warmup=warmup, peak=peak))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # the rung's model is gone: start the next one with a clean pool
+        try:
+            rows.append(measure_rung(rung, preset, device, profile=profile, steps=steps, warmup=warmup, peak=peak))
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is recorded; the rest is re-raised
+            if not memory.is_out_of_memory(error):
+                raise
+            rows.append(LadderRow(rung.key, rung.name, note="skipped: out of memory"))
+        memory.free_cached_memory()  # the rung's model is gone: start the next one with a clean pool
     first = next((r.step_s for r in rows if r.step_s is not None), None)
     for r in rows:
-        if r.step_s is not None and first is not None:
+        if r.step_s is not None:
             r.speedup = bench.speedup(first, r.step_s)
     c = preset.config
     attention = attention_benchmark(device, batch_size=preset.batch_size, n_heads=c.n_heads, seq_len=preset.seq_len,
-                                    head_size=c.head_size, dtype=low if device.type == "cuda" else torch.float32,
-                                    repeats=steps)
+                                    head_size=c.head_size, dtype=compute_dtype(profile), repeats=steps)
     return LadderResult(
-        preset=name, device=str(device), hardware=dataclasses.asdict(hardware_summary(device)),
-        batch_size=preset.batch_size, seq_len=preset.seq_len, n_params=count_parameters(DecoderLM(c)),
-        flops_per_step=bench.transformer_flops(c, preset.batch_size, preset.seq_len), peak_flops=peak,
-        peak_source=source, rows=rows, attention=attention, versions=_versions(),
+        preset=preset.name, device=str(device), profile=profile.name,
+        hardware=dataclasses.asdict(hardware_summary(device)), batch_size=preset.batch_size, seq_len=preset.seq_len,
+        n_params=count_parameters(DecoderLM(c)), flops_per_step=transformer_flops(c, preset.batch_size, preset.seq_len),
+        peak_flops=peak, peak_source=source, rows=rows, attention=attention, versions=_versions(),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -330,12 +401,13 @@ def _slug(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuformer_lib.bench",
+    parser = argparse.ArgumentParser(prog="python -m gpuformer_lib.ladder",
                                      description="Climb the training ladder: fp32 -> TF32 -> bf16 -> fused SDPA -> "
                                                  "torch.compile -> fused AdamW -> CUDA graphs; print a table, "
                                                  "write JSON.")
     parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="model and batch (default: gpt2-small on a CUDA GPU, tiny elsewhere)")
+                        help="model and batch (default: chosen by the GPU's memory, gpt2-small with the largest batch "
+                             "whose fp32 rung fits; tiny on a CPU)")
     parser.add_argument("--device", help="cuda, cuda:1, mps or cpu (default: the best available)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per rung (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per rung, compilation included")
@@ -344,29 +416,35 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the results (default: bench_results/ladder-<preset>-<device>.json)")
     parser.add_argument("--allow-cpu-gpt2", action="store_true", help="run gpt2-small on a CPU anyway (very slow)")
     args = parser.parse_args(argv)
-    device = pick_device(args.device)
-    preset = args.preset or ("gpt2-small" if device.type == "cuda" else "tiny")
-    if preset == "gpt2-small" and device.type == "cpu" and not args.allow_cpu_gpt2:
+    profile = current_profile(args.device)
+    device = compute_device(profile, args.device)
+    preset = PRESETS[args.preset] if args.preset else preset_for(profile)
+    if preset.name == "gpt2-small" and device.type == "cpu" and not args.allow_cpu_gpt2:
         parser.error("gpt2-small takes minutes per step on a CPU: use --preset tiny (or --allow-cpu-gpt2)")
     skip = tuple(s.strip() for s in args.skip.split(",") if s.strip())
     try:
-        result = run_ladder(preset, device, steps=args.steps, warmup=args.warmup, skip=skip)
+        result = run_ladder(preset, args.device, steps=args.steps, warmup=args.warmup, skip=skip)
     except ValueError as error:
         parser.error(str(error))
-    print(f"{preset}: {result.n_params / 1e6:.1f} M parameters, batch {result.batch_size} x {result.seq_len} tokens, "
-          f"{result.flops_per_step / 1e12:.3g} TFLOP per step")
-    gpu = result.hardware.get("gpu_name")
-    print(f"device: {gpu or result.device}; MFU against the {result.peak_source}"
+    print(f"{preset.name}: {result.n_params / 1e6:.1f} M parameters, batch {result.batch_size} x {result.seq_len} "
+          f"tokens, {result.flops_per_step / 1e12:.3g} TFLOP per step")
+    gpu_name = result.hardware.get("gpu_name")
+    print(f"device: {gpu_name or result.device} (profile {result.profile}); MFU against the {result.peak_source}"
           + (f" = {bench.format_rate(result.peak_flops, 'FLOP/s')}" if result.peak_flops else ""))
     print(result.table())
     a = result.attention
     print(f"causal attention forward + backward, {a['dtype']}, (B, H, T, hs) = {tuple(a['shape'])}: explicit "
           f"{bench.format_seconds(a['explicit_s'])}, fused SDPA {bench.format_seconds(a['fused_s'])}: "
           f"{a['speedup']:.1f}x")
-    path = Path(args.json_path or Path("bench_results") / f"ladder-{preset}-{_slug(gpu or result.device)}.json")
+    default = Path("bench_results") / f"ladder-{preset.name}-{_slug(gpu_name or result.device)}.json"
+    path = Path(args.json_path or default)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
     os.replace(tmp, path)
     print(f"wrote {path}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,7 +19,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from gpuformer_lib.attention import MultiHeadAttention
 
@@ -63,14 +62,15 @@ class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each wrapped in a residual connection and LayerNorm.
 
     With ``causal=True`` it is also the block of a decoder-only language model (GPT).
+    ``fused_attention``: PyTorch's fused attention kernel (True) or the explicit computation.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = True,
-                 activation: str = "relu", causal: bool = False):
+                 activation: str = "relu", causal: bool = False, fused_attention: bool = True):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, not {activation!r}")
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, fused=fused_attention)
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.dropout, self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
@@ -96,12 +96,12 @@ class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention over the encoder's output, then feed-forward."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = True,
-                 activation: str = "relu"):
+                 activation: str = "relu", fused_attention: bool = True):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, not {activation!r}")
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.multihead_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, fused=fused_attention)
+        self.multihead_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, fused=fused_attention)
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
@@ -132,20 +132,17 @@ class DecoderLayer(nn.Module):
 
 
 class LayerStack(nn.Module):
-    """Layers applied in turn, then a final LayerNorm (named like ``nn.TransformerEncoder``'s)."""
+    """Layers applied in turn, then a final LayerNorm (named like ``nn.TransformerEncoder``'s).
+
+    Activation checkpointing wraps the layers from outside (``speed.apply_activation_checkpointing``).
+    """
 
     def __init__(self, layers: list[nn.Module], d_model: int):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norm = nn.LayerNorm(d_model)
-        self.checkpointing = False
-        """Activation checkpointing (chapter 9): in training, keep only each layer's input and recompute
-        the rest during the backward pass. Set with ``memory.set_activation_checkpointing``."""
 
     def forward(self, x: Tensor, *args, **kwargs) -> Tensor:
         for layer in self.layers:
-            if self.checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(layer, x, *args, use_reentrant=False, **kwargs)
-            else:
-                x = layer(x, *args, **kwargs)
+            x = layer(x, *args, **kwargs)
         return self.norm(x)

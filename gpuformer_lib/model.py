@@ -8,7 +8,10 @@ shared embedding and output weights, §3.4) and the decoder-only variant of GPT 
 decoder load with ``load_state_dict``. Inputs are checked where mistakes are likely (ranks, token
 ids, lengths, mask shapes) and fail with a message that says what is wrong.
 
-Leaves out: training, mixed precision and parallelism, which wrap the model from outside.
+Also here, next to the config it reads: :func:`transformer_flops`, the matrix-product FLOPs of a step.
+
+Leaves out: training, mixed precision and parallelism, which wrap the model from outside (``speed``,
+``train``, ``distributed``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,15 @@ class TransformerConfig:
     """Share the target embedding with the output projection (§3.4), saving vocab_size * d_model weights."""
     share_src_tgt_embeddings: bool = False
     """Use one embedding for source and target (needs one shared vocabulary)."""
+    fused_attention: bool = True
+    """Attention by PyTorch's fused ``F.scaled_dot_product_attention`` (flash or memory-efficient kernels,
+    no (B, H, T, T) scores kept); False: the explicit computation, which keeps the scores for the
+    backward pass and which FLOP counters see. Same parameters either way, so a ``state_dict`` loads
+    across."""
+    check_token_ids: bool = True
+    """Check in every forward pass that the token ids lie in [0, vocab_size). On a GPU, reading the ids'
+    minimum and maximum back is a host sync per step; tuned training turns it off (compiled models
+    skip it anyway)."""
 
     def __post_init__(self):
         positive = ("vocab_size", "d_model", "n_heads", "d_ff", "max_len")
@@ -104,6 +116,36 @@ def gpt2_config(d_model: int = 768, n_layers: int = 12, n_heads: int = 12) -> Tr
                              d_ff=4 * d_model, dropout=0.0, max_len=1024, activation="gelu", positional="learned")
 
 
+def transformer_flops(config: TransformerConfig, batch_size: int, tgt_len: int, src_len: int = 0,
+                      training: bool = True) -> int:
+    """Matrix-product FLOPs of one step of the course's models, counted as the hardware does them.
+
+    With ``src_len > 0`` the encoder-decoder ``Transformer``
+    (``config.n_encoder_layers`` + ``n_decoder_layers``), otherwise the decoder-only ``DecoderLM``.
+    Per layer and token: projections 8 C^2 (Q, K, V, output), feed-forward 4 C d_ff, attention 4 T C
+    (scores and weighted sum, the full T x T: causal masking does not halve what most kernels compute);
+    cross-attention adds 4 C^2 + 4 S C, and projecting the encoder memory 4 S C^2 per sequence. Training
+    is 3x the forward (the backward computes gradients for inputs and weights). Embedding lookups,
+    norms and softmax are left out, as is customary (they are a few percent).
+
+    Note: ``torch.utils.flop_counter.FlopCounterMode`` agrees with this on the explicit attention path;
+    on the CPU it does not count PyTorch's fused SDPA kernel at all.
+    """
+    C, F, T, S, V = config.d_model, config.d_ff, tgt_len, src_len, config.vocab_size
+
+    def self_layer(n: int) -> int:
+        return 8 * n * C * C + 4 * n * n * C + 4 * n * C * F
+
+    if src_len:
+        encoder = config.n_encoder_layers * self_layer(S)
+        cross = 4 * T * C * C + 4 * S * C * C + 4 * T * S * C
+        decoder = config.n_decoder_layers * (self_layer(T) + cross)
+        forward = encoder + decoder + 2 * T * C * V
+    else:
+        forward = config.n_decoder_layers * self_layer(T) + 2 * T * C * V
+    return batch_size * forward * (3 if training else 1)
+
+
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of parameters, each shared tensor counted once."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
@@ -117,10 +159,15 @@ class TokenEmbedding(nn.Embedding):
     N(0, 1), would make them of order sqrt(C) and the first losses far above log(vocab_size)).
     """
 
-    check_ids = True
-    """Check that ids are in range. On a GPU reading the minimum and maximum back is a host sync each
-    forward pass (chapter 10 measures what it costs); tuned training loops turn it off, and compiled
-    models skip it."""
+    def __init__(self, num_embeddings: int, embedding_dim: int, check_ids: bool = True):
+        super().__init__(num_embeddings, embedding_dim)
+        self._check_ids = bool(check_ids)
+
+    @property
+    def check_ids(self) -> bool:
+        """Check that ids are in range (``TransformerConfig.check_token_ids``), fixed at construction. On a
+        GPU reading the minimum and maximum back is a host sync each forward pass."""
+        return self._check_ids
 
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight, std=self.embedding_dim ** -0.5)
@@ -131,7 +178,7 @@ class TokenEmbedding(nn.Embedding):
             raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
         if ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"token ids must be integers (torch.long), got {ids.dtype}")
-        if self.check_ids and not torch.compiler.is_compiling() and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
+        if self._check_ids and not torch.compiler.is_compiling() and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
             raise ValueError(f"token ids must lie in [0, {self.num_embeddings}), got values from "
                              f"{int(ids.min())} to {int(ids.max())}: check the vocabulary size in the config")
         return super().forward(ids) * math.sqrt(self.embedding_dim)
@@ -156,14 +203,16 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config
-        self.tgt_embed = TokenEmbedding(c.vocab_size, c.d_model)
-        self.src_embed = self.tgt_embed if c.share_src_tgt_embeddings else TokenEmbedding(c.source_vocab_size, c.d_model)
+        self.tgt_embed = TokenEmbedding(c.vocab_size, c.d_model, c.check_token_ids)
+        self.src_embed = (self.tgt_embed if c.share_src_tgt_embeddings
+                          else TokenEmbedding(c.source_vocab_size, c.d_model, c.check_token_ids))
         self.src_pos = PositionalEncoding(c.d_model, c.max_len, c.positional)
         self.tgt_pos = self.src_pos if c.positional == "sinusoidal" else PositionalEncoding(c.d_model, c.max_len, c.positional)
         self.dropout = nn.Dropout(c.dropout)
         layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
-        self.encoder = LayerStack([EncoderLayer(*layer_args) for _ in range(c.n_encoder_layers)], c.d_model)
-        self.decoder = LayerStack([DecoderLayer(*layer_args) for _ in range(c.n_decoder_layers)], c.d_model)
+        fused = dict(fused_attention=c.fused_attention)
+        self.encoder = LayerStack([EncoderLayer(*layer_args, **fused) for _ in range(c.n_encoder_layers)], c.d_model)
+        self.decoder = LayerStack([DecoderLayer(*layer_args, **fused) for _ in range(c.n_decoder_layers)], c.d_model)
         self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.generator.weight = self.tgt_embed.weight
@@ -199,11 +248,12 @@ class DecoderLM(nn.Module):
     def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config
-        self.embed = TokenEmbedding(c.vocab_size, c.d_model)
+        self.embed = TokenEmbedding(c.vocab_size, c.d_model, c.check_token_ids)
         self.pos = PositionalEncoding(c.d_model, c.max_len, c.positional)
         self.dropout = nn.Dropout(c.dropout)
         self.blocks = LayerStack([EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
-                                               causal=True) for _ in range(c.n_decoder_layers)], c.d_model)
+                                               causal=True, fused_attention=c.fused_attention)
+                                  for _ in range(c.n_decoder_layers)], c.d_model)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tie_embeddings:
             self.lm_head.weight = self.embed.weight

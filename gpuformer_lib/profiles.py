@@ -257,3 +257,14 @@ def data_parallel_world(profile: DeviceProfile, global_batch: int) -> tuple[int,
         if world >= 2:  # rehearsed: the same number of processes, on the CPU with gloo
             return world, "gloo" if profile.rehearsal else "nccl"
     return 2, "gloo"
+
+
+def collective_backend(profile: DeviceProfile, processes: int) -> str:
+    """The ``torch.distributed`` backend for ``processes`` processes on one node: NCCL when each can have
+    a GPU of its own, else gloo (CPU processes). Rehearsing a GPU profile always gives gloo: the profile's
+    GPUs are not really there, so its processes run on the CPU."""
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    if profile.on_gpu and not profile.rehearsal and profile.gpu_count >= processes:
+        return "nccl"
+    return "gloo"

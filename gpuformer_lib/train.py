@@ -8,7 +8,8 @@ and (with the random-number state restored) produces the same losses.
 
 Options where later chapters plug in: ``precision`` (fp32, or bf16/fp16 autocast, fp16 with a
 gradient scaler; chapter 8), ``grad_accum_steps`` (chapter 9), and the model itself may be wrapped
-(``DistributedDataParallel``, chapter 11) before it is passed in.
+(``DistributedDataParallel``, chapter 11) before it is passed in. The step itself (autocast,
+backward, accumulation, clipping, update) is ``speed.make_train_step``, shared with the ladder.
 
 Leaves out: data (``data``), models (``model``), decoding and BLEU (``generate``).
 """
@@ -21,12 +22,15 @@ import os
 import random
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+from gpuformer_lib.speed import make_train_step
 
 SCHEDULES = ("constant", "inverse_sqrt", "cosine")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -188,21 +192,75 @@ def save_checkpoint(path: str | Path, model: nn.Module, optimizer: torch.optim.O
         raise
 
 
+def _restore_cuda_rng(saved: list[torch.Tensor]) -> None:
+    """Set each visible GPU's generator from a checkpoint's per-GPU states (CPU ByteTensors, as CUDA wants)."""
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if saved and len(saved) != present:
+        warnings.warn(f"the checkpoint holds the random-number states of {len(saved)} GPU(s) and this machine has "
+                      f"{present}: restoring {min(len(saved), present)}; dropout masks on the other GPUs will "
+                      "differ from the uninterrupted run's", stacklevel=3)
+    for index, rng in enumerate(saved[:present]):
+        torch.cuda.set_rng_state(rng.cpu(), index)
+
+
 def load_checkpoint(path: str | Path, model: nn.Module, optimizer=None, scheduler=None, scaler=None,
                     map_location: str | torch.device = "cpu") -> tuple[int, History]:
     """Restore a checkpoint (loaded with ``weights_only=True``: no code in the file is run).
-    Returns the step to continue from and the history so far."""
+    Returns the step to continue from and the history so far.
+
+    ``map_location`` places the model and optimizer tensors (e.g. straight onto the GPU); the
+    random-number states are always restored from CPU copies, the only form ``torch.set_rng_state``
+    accepts. A checkpoint written with more GPUs than this machine has restores the generators of the
+    GPUs present and warns that the resumed run is then not an exact continuation."""
     state = torch.load(path, map_location=map_location, weights_only=True)
     model.load_state_dict(state["model"])
     for obj, key in ((optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")):
         if obj is not None:
             obj.load_state_dict(state[key])
-    torch.set_rng_state(state["torch_rng"])
-    if state["cuda_rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    torch.set_rng_state(state["torch_rng"].cpu())  # map_location=cuda puts it on the GPU
+    _restore_cuda_rng(state["cuda_rng"])
     version, internal, gauss = state["python_rng"]
     random.setstate((version, tuple(internal), gauss))
     return state["step"], History(**state["history"])
+
+
+# Relative tolerance for a resumed run's losses on a GPU, by precision. Measured as a stand-in on a CPU
+# (small decoder LMs, 4-8 steps after the resume): 1% noise on every gradient element, every step, moved
+# the losses by at most 2e-6 (fp32) and 1e-4 (bf16) relatively; a resume that forgets the random-number
+# state moved them by 2.5e-3 or more, one that forgets the schedule by 7e-2. The tolerances sit between.
+# (tests/test_train.py checks both sides.)
+_GPU_RESUME_RTOL = {"fp32": 1e-5, "bf16": 5e-4, "fp16": 5e-4}
+
+
+def resume_tolerance(device: torch.device | str, precision: str) -> dict[str, float]:
+    """``rtol``/``atol`` for ``torch.testing.assert_close`` between a resumed run's losses and the
+    uninterrupted run's, over a few steps after the resume.
+
+    On a CPU the kernels add in a fixed order, so a correct resume is exact: (0, 0). On a GPU it is
+    exact only up to the order of floating-point sums: fused attention's backward (flash,
+    memory-efficient) accumulates with atomic adds, whose order varies from run to run, so the two runs
+    drift apart by rounding. The tolerance still catches what a broken resume does (wrong dropout masks,
+    batches, optimizer state or schedule)."""
+    if precision not in _GPU_RESUME_RTOL:
+        raise ValueError(f"precision must be one of {tuple(_GPU_RESUME_RTOL)}, not {precision!r}")
+    if torch.device(device).type == "cpu":
+        return {"rtol": 0.0, "atol": 0.0}
+    return {"rtol": _GPU_RESUME_RTOL[precision], "atol": 0.0}
+
+
+def compare_resumed(resumed: list[float], full: list[float], device: torch.device | str, precision: str) -> str:
+    """Check that a resumed run's losses match the uninterrupted run's within :func:`resume_tolerance`
+    (``AssertionError`` if not) and return a sentence saying how closely they match."""
+    if len(resumed) != len(full) or not full:
+        raise ValueError(f"need as many resumed losses as uninterrupted ones (and some), got {len(resumed)} "
+                         f"and {len(full)}")
+    tolerance = resume_tolerance(device, precision)
+    torch.testing.assert_close(resumed, full, **tolerance)
+    gap = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(resumed, full))
+    if gap == 0:
+        return f"all {len(full)} losses identical, bit for bit"
+    return (f"largest relative difference {gap:.1e}, within the {tolerance['rtol']:.0e} that the order of "
+            f"the GPU's floating-point sums allows ({precision})")
 
 
 def train(
@@ -235,8 +293,9 @@ def train(
         torch.manual_seed(config.seed)
     if start >= config.max_steps:
         return history
-    params = [p for p in model.parameters() if p.requires_grad]
-    by_tokens = config.normalize_by == "tokens"
+    train_step = make_train_step(model, optimizer, loss_fn, dtype=dtype, scaler=scaler,
+                                 grad_accum_steps=config.grad_accum_steps, normalize_by=config.normalize_by,
+                                 grad_clip=config.grad_clip if config.grad_clip else float("inf"))
     pending: list[tuple] = []  # read back every log_every steps
     tokens = torch.tensor(history.tokens[-1] if history.tokens else 0, device=device)  # stays on the device
 
@@ -256,30 +315,14 @@ def train(
     started = time.perf_counter()
     for step in bar:
         model.train()
-        step_loss = torch.zeros((), device=device)
-        step_tokens = torch.zeros((), device=device)
-        for micro in range(config.grad_accum_steps):
-            batch = _move(get_batch(step * config.grad_accum_steps + micro), device)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                loss, n_tokens = loss_fn(model, batch)
-            weight = n_tokens if by_tokens else 1 / config.grad_accum_steps
-            scaler.scale(loss * weight).backward()
-            step_loss += loss.detach() * weight
-            step_tokens += n_tokens
-        tokens += step_tokens.to(tokens.dtype)
-        scaler.unscale_(optimizer)
-        if by_tokens:  # sum of (tokens x mean loss) over the step's total tokens: one large batch's mean
-            grads = [p.grad for p in params if p.grad is not None]
-            torch._foreach_div_(grads, step_tokens)
-            step_loss /= step_tokens
-        norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip if config.grad_clip else float("inf"))
         lr = optimizer.param_groups[0]["lr"]
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        micro_batches = (_move(get_batch(step * config.grad_accum_steps + micro), device)
+                         for micro in range(config.grad_accum_steps))
+        out = train_step(micro_batches)  # forward, backward, clip and update; nothing read back
+        tokens += out.tokens.to(tokens.dtype) if torch.is_tensor(out.tokens) else out.tokens
         scheduler.step()
         scale = scaler._scale.detach().clone() if scaler.is_enabled() else None  # stays on the device until logged
-        pending.append((step, step_loss, norm.detach(), lr, tokens.clone(), scale))
+        pending.append((step, out.loss, out.grad_norm, lr, tokens.clone(), scale))
         done = step + 1
         if done % config.log_every == 0 or done == config.max_steps:
             flush()

@@ -248,7 +248,7 @@ def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_le
 
 def show_source(obj, name: str | None = None):
     """Display the source of a library function or class (``show_source(ring_all_reduce)``), or of the
-    function ``name`` in a script (``show_source("../scripts/data_parallel.py", "hello")``), highlighted.
+    function ``name`` in a script (``show_source(distributed.worker_path("data_parallel"), "hello")``), highlighted.
 
     Chapters run their distributed workers from scripts (a function defined in a cell cannot be
     started in another process); this shows the code that ran, read from the file, never a copy."""

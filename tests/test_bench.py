@@ -156,3 +156,62 @@ def test_gpu_timer_uses_events_and_waits_for_the_work():
     # a 4096^3 float32 product cannot finish in under 10 microseconds on any GPU
     assert timing.median > 1e-5
     assert bench.measure_transfer_bandwidth(2**24, "cuda", pinned=True) > 1e9
+
+
+class _FakeNVML:
+    """A stand-in for ``pynvml`` on a machine with two GPUs, where NVML's index 0 is another GPU than
+    ``cuda:0`` (as with CUDA_VISIBLE_DEVICES=1) and the power reading is not supported (some vGPUs)."""
+
+    NVML_TEMPERATURE_GPU = 0
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        self.calls = []
+
+    def nvmlInit(self):
+        self.calls.append("init")
+
+    def nvmlShutdown(self):
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetHandleByIndex(self, index):  # the physical numbering: must not be used
+        return {0: "other-gpu", 1: "our-gpu"}[index]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.calls.append(uuid)
+        return {"GPU-00000000-0000-0000-0000-000000000001": "our-gpu"}[uuid]
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Util", (), {"gpu": 87 if handle == "our-gpu" else 0})()
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Mem", (), {"used": 3 * 2**30 if handle == "our-gpu" else 0})()
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        raise self.NVMLError("Not Supported")
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 61 if handle == "our-gpu" else 30
+
+
+def test_nvml_sample_finds_the_gpu_by_uuid_and_reads_each_field_on_its_own(monkeypatch):
+    import sys
+
+    fake = _FakeNVML()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    uuid = "00000000-0000-0000-0000-000000000001"  # torch's spelling: no "GPU-" in front
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: type("Props", (), {"uuid": uuid})())
+    sample = bench.nvml_sample("cuda:0")
+    assert sample == {"utilization_pct": 87.0, "memory_used_gib": 3.0, "power_w": None, "temperature_c": 61.0}
+    assert fake.calls == ["init", f"GPU-{uuid}", "shutdown"]
+    assert bench.nvml_sample() == sample  # the current GPU
+    assert bench.nvml_sample("cpu") is None
+    monkeypatch.setattr(bench, "synchronize", lambda device=None: None)
+    for counter in ("memory_allocated", "memory_reserved"):
+        monkeypatch.setattr(bench.gpu, counter, lambda device=None: 0)
+    lines = bench.sample_while_busy(lambda: None, "cuda:0", steps=1).splitlines()[0]
+    assert lines == "utilization_pct 87.0, memory_used_gib 3.0, power_w not reported, temperature_c 61.0"

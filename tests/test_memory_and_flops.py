@@ -7,21 +7,16 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+import dataclasses
+
 from gpuformer_lib import bench
-from gpuformer_lib.attention import MultiHeadAttention
 from gpuformer_lib.memory import (SavedActivations, fit_micro_batch, layer_activation_bytes, measure_peak_memory,
                                   model_state_bytes, set_activation_checkpointing, training_memory)
-from gpuformer_lib.model import DecoderLM, Transformer, TransformerConfig, count_parameters
+from gpuformer_lib.model import DecoderLM, Transformer, TransformerConfig, count_parameters, transformer_flops
 
 CONFIG = TransformerConfig(vocab_size=50, d_model=32, n_heads=4, n_encoder_layers=2, n_decoder_layers=3, d_ff=72,
                            dropout=0.0, max_len=32)
-
-
-def explicit(model):
-    for m in model.modules():
-        if isinstance(m, MultiHeadAttention):
-            m.use_sdpa = False  # FlopCounterMode does not see the fused kernel on the CPU
-    return model
+EXPLICIT = dataclasses.replace(CONFIG, fused_attention=False)  # FlopCounterMode does not see the CPU's fused kernel
 
 
 def counted(fn):
@@ -32,17 +27,17 @@ def counted(fn):
 
 @pytest.mark.parametrize("B, T", [(2, 16), (3, 7)])
 def test_decoder_lm_flops_match_the_flop_counter(B, T):
-    lm = explicit(DecoderLM(CONFIG))
+    lm = DecoderLM(EXPLICIT)
     x = torch.randint(0, 50, (B, T))
-    assert counted(lambda: lm(x)) == bench.transformer_flops(CONFIG, B, T, training=False)
-    assert counted(lambda: lm(x).sum().backward()) == bench.transformer_flops(CONFIG, B, T)
+    assert counted(lambda: lm(x)) == transformer_flops(CONFIG, B, T, training=False)
+    assert counted(lambda: lm(x).sum().backward()) == transformer_flops(CONFIG, B, T)
 
 
 def test_encoder_decoder_flops_match_the_flop_counter():
-    model = explicit(Transformer(CONFIG))
+    model = Transformer(EXPLICIT)
     src, tgt = torch.randint(0, 50, (2, 11)), torch.randint(0, 50, (2, 9))
-    assert counted(lambda: model(src, tgt)) == bench.transformer_flops(CONFIG, 2, 9, src_len=11, training=False)
-    assert counted(lambda: model(src, tgt).sum().backward()) == bench.transformer_flops(CONFIG, 2, 9, src_len=11)
+    assert counted(lambda: model(src, tgt)) == transformer_flops(CONFIG, 2, 9, src_len=11, training=False)
+    assert counted(lambda: model(src, tgt).sum().backward()) == transformer_flops(CONFIG, 2, 9, src_len=11)
 
 
 def test_mfu():
@@ -89,11 +84,8 @@ def test_calculator_options():
 def lm_and_batch(fused=True, checkpointing=False, V=300, C=64, H=4, L=3, B=3, T=40):
     torch.manual_seed(0)
     lm = DecoderLM(TransformerConfig(vocab_size=V, d_model=C, n_heads=H, n_decoder_layers=L, d_ff=4 * C,
-                                     dropout=0.0, max_len=64, activation="gelu"))
-    for m in lm.modules():
-        if isinstance(m, MultiHeadAttention):
-            m.use_sdpa = fused
-    assert set_activation_checkpointing(lm, checkpointing) == 1
+                                     dropout=0.0, max_len=64, activation="gelu", fused_attention=fused))
+    assert set_activation_checkpointing(lm, checkpointing) == L  # layers wrapped (or left plain)
     ids = torch.randint(0, V, (B, T))
     estimate = functools.partial(training_memory, 0, n_layers=L, d_model=C, n_heads=H, seq_len=T, batch_size=B,
                                  vocab_size=V, fused_attention=fused, checkpointing=checkpointing)

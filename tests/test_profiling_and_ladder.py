@@ -1,14 +1,17 @@
-"""Profiling helpers and the training ladder (``python -m gpuformer_lib.bench``) on the CPU."""
+"""Profiling helpers and the training ladder (``python -m gpuformer_lib.ladder``) on the CPU."""
 
+import dataclasses
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from gpuformer_lib import bench, ladder
+from gpuformer_lib import bench, ladder, memory, speed
 from gpuformer_lib.model import TransformerConfig
+from gpuformer_lib.profiles import PROFILES
 
 MICRO = ladder.LadderPreset(TransformerConfig(vocab_size=64, d_model=32, n_heads=2, n_decoder_layers=1, d_ff=64,
                                               dropout=0.0, max_len=16, activation="gelu"), batch_size=2, seq_len=16)
@@ -43,10 +46,13 @@ def test_nvml_sample_is_none_without_a_gpu():
 def test_ladder_rungs_are_cumulative():
     rungs = {r.key: r for r in ladder.ladder_rungs()}
     assert list(rungs) == list(ladder.RUNG_KEYS)
-    assert rungs["fused_adamw"].compile and rungs["fused_adamw"].fused_attention and rungs["fused_adamw"].tf32
-    assert rungs["fused_adamw"].dtype == torch.bfloat16 and not rungs["fp32"].tf32
-    assert rungs["pytorch"].pytorch_model and not rungs["pytorch"].compile and rungs["pytorch"].fused_attention
-    assert {r.dtype for r in ladder.ladder_rungs(torch.float16)[2:]} == {torch.float16}
+    plans = {key: r.plan for key, r in rungs.items()}
+    assert plans["fused_adamw"].compile and plans["fused_adamw"].fused_attention and plans["fused_adamw"].tf32
+    assert plans["fused_adamw"].fused_optimizer and plans["cuda_graphs"].cuda_graphs
+    assert plans["fused_adamw"].dtype == torch.bfloat16 and not plans["fp32"].tf32
+    assert not plans["fp32"].fused_attention and not any(p.check_token_ids for p in plans.values())
+    assert rungs["pytorch"].pytorch_model and not plans["pytorch"].compile and plans["pytorch"].fused_attention
+    assert {r.plan.dtype for r in ladder.ladder_rungs(torch.float16)[2:]} == {torch.float16}
 
 
 def test_ladder_on_the_cpu_measures_every_eager_rung():
@@ -54,6 +60,7 @@ def test_ladder_on_the_cpu_measures_every_eager_rung():
     rows = {r.key: r for r in result.rows}
     assert rows["fp32"].speedup == 1.0 and rows["fp32"].step_s > 0
     assert rows["tf32"].step_s is None and "GPU" in rows["tf32"].note  # skipped, with the reason
+    assert rows["cuda_graphs"].note == "skipped: CUDA graphs need a CUDA device"
     assert rows["compile"].note == "skipped: asked to"
     for key in ("autocast", "sdpa", "pytorch"):
         r = rows[key]
@@ -77,7 +84,7 @@ def test_ladder_errors():
 
 def test_command_line(tmp_path):
     out = tmp_path / "ladder.json"
-    cmd = [sys.executable, "-m", "gpuformer_lib.bench", "--device", "cpu", "--steps", "1", "--warmup", "1",
+    cmd = [sys.executable, "-m", "gpuformer_lib.ladder", "--device", "cpu", "--steps", "1", "--warmup", "1",
            "--skip", "autocast,sdpa,compile,fused_adamw,pytorch", "--json", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -85,6 +92,184 @@ def test_command_line(tmp_path):
     assert "causal attention forward + backward" in done.stdout
     saved = json.loads(out.read_text())
     assert saved["preset"] == "tiny" and saved["rows"][0]["step_s"] > 0 and saved["versions"]["torch"]
-    refused = subprocess.run([sys.executable, "-m", "gpuformer_lib.bench", "--device", "cpu", "--preset",
+    refused = subprocess.run([sys.executable, "-m", "gpuformer_lib.ladder", "--device", "cpu", "--preset",
                               "gpt2-small"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--preset tiny" in refused.stderr
+
+
+def test_bench_does_not_import_the_model_or_the_ladder():
+    # the command lives in the ladder; bench measures whatever it is given (no bench <-> ladder cycle)
+    code = "import sys, gpuformer_lib.bench; print(sorted(m for m in sys.modules if m.startswith('gpuformer_lib')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = set(eval(done.stdout))
+    assert "gpuformer_lib.bench" in imported
+    assert not imported & {"gpuformer_lib.model", "gpuformer_lib.layers", "gpuformer_lib.ladder", "gpuformer_lib.speed"}
+
+
+# --------------------------------------------------------------------------- what fits (audit finding B5)
+
+
+def test_gpt2_small_at_batch_16_does_not_fit_a_t4():
+    # the old default on every GPU: its fp32 rung keeps B*H*T^2 scores per layer
+    gpt2 = ladder.PRESETS["gpt2-small"]
+    need = ladder.step_memory(gpt2.config, 16, gpt2.seq_len, ladder.STRICT_FP32)
+    assert need > PROFILES["t4"].memory_gib * 2**30 and need > PROFILES["a100-40gb"].memory_gib * 2**30
+
+
+@pytest.mark.parametrize("name", ["t4", "a100-40gb", "h100-80gb"])
+def test_default_preset_fp32_rung_fits_each_gpu_with_margin(name):
+    profile = PROFILES[name]
+    preset = ladder.preset_for(profile)
+    assert preset.name == "gpt2-small" and preset.seq_len == 1024  # a GPU gets the real model, batch by memory
+    fp32 = ladder.ladder_rungs()[0]
+    assert fp32.key == "fp32" and not fp32.plan.fused_attention
+    need = ladder.step_memory(preset.config, preset.batch_size, preset.seq_len, fp32.plan)
+    assert need <= 0.8 * profile.memory_gib * 2**30, (name, preset.batch_size, need / 2**30)
+    # and it is the largest batch that does: twice the batch would not fit with the margin
+    if preset.batch_size < 16:
+        twice = ladder.step_memory(preset.config, 2 * preset.batch_size, preset.seq_len, fp32.plan)
+        assert twice > 0.8 * profile.memory_gib * 2**30
+
+
+def test_step_memory_adds_the_loss_temporaries_to_the_calculator():
+    c, B, T = MICRO.config, 3, 16
+    plan = speed.SpeedPlan(dtype=torch.bfloat16)
+    calculated = memory.training_memory(
+        sum(p.numel() for p in ladder.DecoderLM(c).parameters()), n_layers=1, d_model=32, n_heads=2, d_ff=64,
+        seq_len=T, batch_size=B, vocab_size=64, activation_bytes=2, autocast=True, fused_attention=True).total
+    assert ladder.step_memory(c, B, T, plan) == calculated + 3 * B * T * 64 * 4
+
+
+def test_preset_for_a_cpu_or_a_rehearsal_is_tiny():
+    assert ladder.preset_for(PROFILES["cpu"]).name == "tiny"
+    assert ladder.preset_for(dataclasses.replace(PROFILES["h100-80gb"], rehearsal=True)).name == "tiny"
+
+
+def test_configs_that_fit_caps_a_sweep_by_memory():
+    gpt2 = ladder.PRESETS["gpt2-small"]
+    configs = [dataclasses.replace(gpt2.config, d_model=w, n_heads=4, d_ff=4 * w) for w in (256, 1024, 2048, 4096)]
+    plan = speed.SpeedPlan(dtype=torch.bfloat16)
+    widths = {name: [c.d_model for c in ladder.configs_that_fit(configs, 4, 1024, PROFILES[name], plan)]
+              for name in ("t4", "a100-40gb", "h100-80gb", "cpu")}
+    assert widths["cpu"] == [256, 1024, 2048, 4096]  # no GPU memory to respect
+    assert widths["h100-80gb"][-1] > widths["a100-40gb"][-1] > widths["t4"][-1]
+    for name in ("t4", "a100-40gb", "h100-80gb"):
+        biggest = next(c for c in configs if c.d_model == widths[name][-1])
+        assert ladder.step_memory(biggest, 4, 1024, plan) <= 0.8 * PROFILES[name].memory_gib * 2**30
+    with pytest.raises(ValueError, match="none of the 4 models fits"):
+        ladder.configs_that_fit(configs, 16, 1024, PROFILES["t4"], plan)
+
+
+def test_a_rung_out_of_memory_is_recorded_and_the_ladder_goes_on(monkeypatch):
+    measured, freed = [], []
+    real = ladder.measure_rung
+
+    def measure(rung, *args, **kwargs):
+        measured.append(rung.key)
+        if rung.key == "fp32":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.07 GiB")
+        return real(rung, *args, **kwargs)
+
+    monkeypatch.setattr(ladder, "measure_rung", measure)
+    monkeypatch.setattr(memory, "free_cached_memory", lambda: freed.append(measured[-1]))
+    result = ladder.run_ladder(MICRO, "cpu", steps=1, warmup=1, skip=("autocast", "compile", "fused_adamw", "pytorch"),
+                               verbose=False)
+    rows = {r.key: r for r in result.rows}
+    assert rows["fp32"].note == "skipped: out of memory" and rows["fp32"].step_s is None
+    assert rows["sdpa"].step_s > 0 and rows["sdpa"].speedup == 1.0  # the first measured rung is the baseline
+    assert freed[0] == "fp32"  # cached blocks given back before the next rung
+    assert "skipped: out of memory" in result.table()
+
+
+def test_other_errors_in_a_rung_are_not_swallowed(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(ladder, "measure_rung", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        ladder.run_ladder(MICRO, "cpu", steps=1, warmup=1, verbose=False)
+
+
+# --------------------------------------------------------------------------- where the time goes (B14)
+
+
+def event(key, cpu_us=0.0, device_us=0.0):
+    return SimpleNamespace(key=key, self_cpu_time_total=cpu_us, self_device_time_total=device_us)
+
+
+def gpu_profile_events():
+    """What ``key_averages()`` holds for one step on a GPU: each kernel appears once under the aten op that
+    launched it (its self device time) and once as a kernel event of its own, plus ranges."""
+    return [
+        event("ProfilerStep#2", cpu_us=900, device_us=1000),
+        event("train_step", cpu_us=800, device_us=1000),
+        event("aten::linear", cpu_us=30),  # composite: launches nothing itself
+        event("aten::mm", cpu_us=40, device_us=500),
+        event("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN", device_us=500),  # cuBLAS 12.8+ kernel name
+        event("aten::_scaled_dot_product_flash_attention", cpu_us=20, device_us=200),
+        event("void pytorch_flash::flash_fwd_kernel<...>", device_us=200),
+        event("aten::_log_softmax", cpu_us=10, device_us=100),
+        event("void at::native::(anonymous namespace)::cunn_SoftMaxForward<...>", device_us=100),
+        event("aten::_fused_adamw_", cpu_us=10, device_us=150),
+        event("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<...>", device_us=150),
+        event("aten::gelu", cpu_us=5, device_us=50),
+        event("void at::native::vectorized_elementwise_kernel<...>", device_us=50),
+    ]
+
+
+def test_time_by_category_counts_each_kernel_once_on_a_gpu():
+    events = gpu_profile_events()
+    shares = bench.time_by_category(events, "cuda")
+    assert sum(shares.values()) == 1000  # the kernels' time once: summing every event gave 4000
+    assert shares == {"matrix products": 500, "attention": 200, "loss (log-softmax, NLL)": 100, "optimizer": 150,
+                      bench.OTHER_CATEGORY: 50}
+    naive = sum(e.self_device_time_total for e in events if e.self_device_time_total > 0
+                and not e.key.startswith("ProfilerStep") and e.key != "train_step")
+    assert naive == 2 * sum(shares.values())  # what the chapter's old cell summed
+
+
+def test_time_by_category_on_a_cpu_uses_self_cpu_time_of_aten_ops():
+    shares = bench.time_by_category(gpu_profile_events(), "cpu")
+    assert shares["matrix products"] == 70 and shares["loss (log-softmax, NLL)"] == 10
+    assert sum(shares.values()) == 115
+    assert bench.operator_category("aten::_log_softmax_backward_data") == "loss (log-softmax, NLL)"
+    assert bench.operator_category("aten::nll_loss_forward") == "loss (log-softmax, NLL)"
+    assert bench.operator_category("aten::_softmax") == "attention"
+
+
+def test_time_by_category_of_a_real_cpu_profile():
+    model = ladder.DecoderLM(MICRO.config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    step = speed.make_train_step(model, optimizer, speed.next_token_loss)
+    ids = torch.randint(0, 64, (2, 17))
+    prof = bench.profile_steps(lambda: step([ids]), wait=1, warmup=1, active=2)
+    shares = bench.time_by_category(prof.key_averages(), "cpu")
+    assert shares["matrix products"] > 0 and shares["loss (log-softmax, NLL)"] > 0 and shares["attention"] > 0
+
+
+def test_sample_while_busy_runs_the_step_then_reads_the_gpu(monkeypatch):
+    calls = []
+    with pytest.raises(ValueError, match="not a CUDA device"):  # no GPU and no rehearsal: nothing to ask
+        bench.sample_while_busy(lambda: calls.append(1), "cpu", steps=2)
+    monkeypatch.setenv("GPUFORMER_REHEARSE", "t4")
+    calls.clear()
+    report = bench.sample_while_busy(lambda: calls.append(1), "cpu", steps=3)
+    assert len(calls) == 3 and "allocated by PyTorch: 0.00 GiB" in report
+
+
+def test_peak_flops_for_each_profile(monkeypatch):
+    t4, h100 = PROFILES["t4"], PROFILES["h100-80gb"]
+    assert ladder.peak_flops_for(t4, "cpu", torch.float16) == (65e12, "datasheet dense float16 peak")
+    assert ladder.peak_flops_for(h100, "cpu", torch.bfloat16)[0] == pytest.approx(989.4e12)
+    measured = []
+
+    def fake_matmul(n, dtype, device, **kwargs):
+        measured.append((n, dtype))
+        return SimpleNamespace(flops_per_s=1.5e12)
+
+    monkeypatch.setattr(bench, "measure_matmul", fake_matmul)
+    unknown = dataclasses.replace(t4, gpu_name="NVIDIA GeForce GTX 1080")  # not in the datasheet table
+    assert ladder.peak_flops_for(unknown, "cpu", torch.float16) == (1.5e12, "measured float16 matmul peak (n=4096)")
+    assert ladder.peak_flops_for(PROFILES["cpu"], "cpu", torch.bfloat16)[1] == "measured float32 matmul peak (n=1024)"
+    assert measured == [(4096, torch.float16), (1024, torch.float32)]

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from gpuformer_lib.data import repeating_patterns
 from gpuformer_lib.model import DecoderLM, TransformerConfig
-from gpuformer_lib.train import (History, TrainConfig, load_checkpoint, lr_multiplier, parameter_groups, train)
+from gpuformer_lib.train import (History, TrainConfig, compare_resumed, load_checkpoint, lr_multiplier,
+                                 parameter_groups, resume_tolerance, train)
 
 GOLDEN = Path(__file__).parent / "golden" / "decoder_lm_repeat_task.json"
 V = 12
@@ -47,12 +48,107 @@ def test_loss_follows_the_stored_reference_curve():
 
 def test_resume_continues_exactly(tmp_path):
     path = tmp_path / "ckpt.pt"
-    config = dataclasses.replace(CONFIG, max_steps=20, checkpoint_every=10, checkpoint_path=str(path))
+    # checkpoints at step 12 only (not at the end, which would overwrite it), so the resumed run trains 12-19
+    config = dataclasses.replace(CONFIG, max_steps=20, checkpoint_every=12, checkpoint_path=str(path))
     full = train(model(dropout=0.2), loss_fn, get_batch, config)
+    assert load_checkpoint(path, model(dropout=0.2))[0] == 12
     resumed = train(model(dropout=0.2, seed=99), loss_fn, get_batch, config, resume_from=path)  # other init, same result
     assert resumed.step == full.step
     assert resumed.loss == full.loss  # bit for bit: same batches, same dropout masks, same optimizer state
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # written atomically, no temporary files
+
+
+class _OnGpu:
+    """Stands in for a CUDA ByteTensor, as ``torch.load(map_location="cuda")`` returns an RNG state:
+    ``torch.set_rng_state`` rejects it (TypeError), its ``.cpu()`` is the CPU tensor."""
+
+    device = torch.device("cuda", 0)
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+
+    def cpu(self):
+        return self._tensor
+
+
+def _load_with_rng_on_gpu(monkeypatch, cuda_states=None):
+    """Make torch.load return the checkpoint's RNG states as if map_location had put them on a GPU."""
+    real_load = torch.load
+
+    def load(*args, **kwargs):
+        state = real_load(*args, **kwargs)
+        state["torch_rng"] = _OnGpu(state["torch_rng"])
+        if cuda_states is not None:
+            state["cuda_rng"] = [_OnGpu(s) for s in cuda_states]
+        return state
+
+    monkeypatch.setattr(torch, "load", load)
+
+
+def _checkpointed_run(tmp_path, **changes):
+    """(uninterrupted history, config, checkpoint path): 20 steps with dropout, one checkpoint at step 12."""
+    path = tmp_path / "ckpt.pt"
+    config = dataclasses.replace(CONFIG, max_steps=20, checkpoint_every=12, checkpoint_path=str(path), **changes)
+    return train(model(dropout=0.2), loss_fn, get_batch, config), config, path
+
+
+def test_resume_restores_rng_states_that_map_location_put_on_a_gpu(tmp_path, monkeypatch):
+    full, config, path = _checkpointed_run(tmp_path)
+    _load_with_rng_on_gpu(monkeypatch)
+    resumed = train(model(dropout=0.2, seed=99), loss_fn, get_batch, config, resume_from=path)
+    assert resumed.loss == full.loss  # same dropout masks after the resume: the RNG state was restored
+
+
+def test_checkpoint_from_more_gpus_restores_the_gpus_present(tmp_path, monkeypatch):
+    _, _, path = _checkpointed_run(tmp_path)
+    saved = [torch.full((16,), i, dtype=torch.uint8) for i in range(2)]  # written on a 2-GPU machine
+    _load_with_rng_on_gpu(monkeypatch, cuda_states=saved)
+    restored = []
+
+    def set_rng_state(state, device):  # as strict as torch.cuda.set_rng_state: a CPU ByteTensor
+        assert isinstance(state, torch.Tensor) and state.device.type == "cpu" and state.dtype == torch.uint8
+        restored.append((device, state[0].item()))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", set_rng_state)
+    with pytest.warns(UserWarning, match="2 GPU.* has 1: restoring 1"):
+        step, _ = load_checkpoint(path, model(dropout=0.2))
+    assert step == 12 and restored == [(0, 0)]  # GPU 0's state, and no call for a GPU that is not there
+
+
+def test_resume_tolerance_is_exact_on_a_cpu_and_rounding_sized_on_a_gpu():
+    for precision in ("fp32", "bf16", "fp16"):
+        assert resume_tolerance("cpu", precision) == {"rtol": 0.0, "atol": 0.0}
+    fp32, bf16 = resume_tolerance("cuda", "fp32")["rtol"], resume_tolerance(torch.device("cuda", 1), "bf16")["rtol"]
+    assert 0 < fp32 < bf16 < 1e-3
+    with pytest.raises(ValueError, match="precision must be one of"):
+        resume_tolerance("cuda", "fp8")
+    assert compare_resumed([2.5, 2.0], [2.5, 2.0], "cpu", "fp32") == "all 2 losses identical, bit for bit"
+    assert "largest relative difference 1.0e-04" in compare_resumed([2.0, 2.0002], [2.0, 2.0], "cuda", "bf16")
+    with pytest.raises(AssertionError):
+        compare_resumed([2.0, 2.0000001], [2.0, 2.0], "cpu", "fp32")
+    with pytest.raises(ValueError, match="as many"):
+        compare_resumed([2.0], [2.0, 2.0], "cpu", "fp32")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gpu_resume_tolerance_allows_rounding_and_catches_a_broken_resume(tmp_path, monkeypatch, precision):
+    """The GPU tolerance, tried on a CPU: 1% noise on every gradient element (far more than atomic adds
+    in another order cause) passes; a resume that forgets the random-number state fails."""
+    full, config, path = _checkpointed_run(tmp_path, precision=precision)
+    noise = torch.Generator().manual_seed(1)
+    noisy = model(dropout=0.2)
+    for p in noisy.parameters():
+        p.register_hook(lambda grad: grad * (1 + 0.01 * torch.randn(grad.shape, generator=noise)))
+    rounded = train(noisy, loss_fn, get_batch, config, resume_from=path)
+    assert rounded.loss[12:] != full.loss[12:]  # the noise did change the losses
+    compare_resumed(rounded.loss[12:], full.loss[12:], "cuda", precision)
+
+    monkeypatch.setattr(torch, "set_rng_state", lambda state: torch.manual_seed(123))  # forgets the saved state
+    broken = train(model(dropout=0.2), loss_fn, get_batch, config, resume_from=path)
+    with pytest.raises(AssertionError):
+        compare_resumed(broken.loss[12:], full.loss[12:], "cuda", precision)
 
 
 def test_checkpoint_loads_with_weights_only(tmp_path):

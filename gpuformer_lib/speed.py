@@ -1,0 +1,273 @@
+"""Speed techniques applied to a single-device model from outside, and the one training step they serve.
+
+The model code is written for one device in float32 (``model``). What makes a step fast wraps it from
+outside, in one fixed order (torchtitan's habit, at course scale):
+
+1. **precision and TF32**: the autocast dtype (bf16, or fp16 with a gradient scaler) and float32
+   matmul precision ("high": TF32 tensor cores) are arguments of :func:`make_train_step`;
+2. **fused attention** and 3. **the token-id check**: choices a model is *built* with
+   (:func:`model_config` sets ``TransformerConfig.fused_attention`` and ``check_token_ids``), because
+   they change what a layer computes, not how it is called; nothing flips them later;
+4. **activation checkpointing** (:func:`apply_activation_checkpointing`): each layer is wrapped so that
+   only its input is kept and the rest is recomputed in the backward pass;
+5. **torch.compile** (:func:`apply_compile`), once the structure is final, so that it traces the
+   checkpointed layers; CUDA graphs come through its ``mode="reduce-overhead"``;
+6. **the fused optimizer** (:func:`make_adamw`), made last, from the final model's parameters.
+
+:class:`SpeedPlan` names the techniques a run uses; :func:`apply_plan` applies 4 and 5 in order.
+:func:`make_train_step` is the one training step (autocast forward, scaled backward, token weighting,
+clipping, optimizer step) that ``train.train``, the ladder and chapter 10 share.
+
+Leaves out: several devices (``distributed`` wraps the result), schedules, logging and checkpoints
+(``train``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from gpuformer_lib.bench import float32_matmul_precision
+from gpuformer_lib.layers import LayerStack
+from gpuformer_lib.model import TransformerConfig
+
+_DTYPES = (None, torch.bfloat16, torch.float16)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedPlan:
+    """Which speed techniques a run uses. Change one with ``dataclasses.replace(plan, ...)``."""
+
+    dtype: torch.dtype | None = None
+    """Autocast dtype: ``torch.bfloat16``, ``torch.float16`` (with a gradient scaler), or None for float32."""
+    tf32: bool = False
+    """float32 matrix products on TF32 tensor cores (compute capability 8.0 or newer); False: strict float32."""
+    fused_attention: bool = True
+    """PyTorch's fused attention kernel instead of the explicit computation (no (B, H, T, T) scores kept)."""
+    check_token_ids: bool = True
+    """Check token ids in every forward pass: a host sync per step on a GPU."""
+    checkpointing: bool = False
+    """Activation checkpointing: keep each layer's input only, recompute the rest in the backward pass."""
+    compile: bool = False
+    """``torch.compile`` the model (fuses element-wise chains into generated kernels)."""
+    cuda_graphs: bool = False
+    """Replay the compiled step as CUDA graphs (``mode="reduce-overhead"``); needs ``compile``."""
+    fused_optimizer: bool = False
+    """AdamW's update as one fused kernel per group of tensors."""
+
+    def __post_init__(self):
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or None (float32), not {self.dtype}")
+        if self.cuda_graphs and not self.compile:
+            raise ValueError("cuda_graphs come through torch.compile's mode='reduce-overhead': set compile=True too")
+
+
+# --------------------------------------------------------------------------- 2, 3: what the model is built with
+
+
+def model_config(config: TransformerConfig, plan: SpeedPlan) -> TransformerConfig:
+    """``config`` with the plan's construction-time choices: fused attention and the token-id check."""
+    return dataclasses.replace(config, fused_attention=plan.fused_attention, check_token_ids=plan.check_token_ids)
+
+
+# --------------------------------------------------------------------------- 4: activation checkpointing
+
+
+class CheckpointedLayer(nn.Module):
+    """A layer whose activations are recomputed in the backward pass instead of kept (in training, with
+    gradients on; otherwise it is the plain layer). Its ``state_dict`` has the wrapped layer's keys, so
+    checkpoints load whether or not a model was wrapped."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.layer = layer
+        self.register_state_dict_post_hook(_drop_wrapper_prefix)
+        self.register_load_state_dict_pre_hook(_add_wrapper_prefix)
+
+    def forward(self, x: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if self.training and torch.is_grad_enabled():
+            return checkpoint(self.layer, x, *args, use_reentrant=False, **kwargs)
+        return self.layer(x, *args, **kwargs)
+
+
+def _drop_wrapper_prefix(module, state_dict, prefix, local_metadata) -> None:
+    for key in [k for k in state_dict if k.startswith(prefix + "layer.")]:
+        state_dict[prefix + key[len(prefix + "layer."):]] = state_dict.pop(key)
+
+
+def _add_wrapper_prefix(module, state_dict, prefix, *args) -> None:
+    for key in [k for k in state_dict if k.startswith(prefix) and not k.startswith(prefix + "layer.")]:
+        state_dict[prefix + "layer." + key[len(prefix):]] = state_dict.pop(key)
+
+
+def _layer_lists(model: nn.Module) -> list[nn.ModuleList]:
+    return [m.layers for m in model.modules() if isinstance(m, LayerStack)]
+
+
+def apply_activation_checkpointing(model: nn.Module) -> int:
+    """Wrap every layer of the model's layer stacks in a :class:`CheckpointedLayer` (layers already wrapped
+    stay as they are). Returns the number of checkpointed layers; 0 means the model has no layer stack."""
+    count = 0
+    for layers in _layer_lists(model):
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, CheckpointedLayer):
+                layers[i] = CheckpointedLayer(layer)
+            count += 1
+    return count
+
+
+def remove_activation_checkpointing(model: nn.Module) -> int:
+    """Undo :func:`apply_activation_checkpointing`; returns the number of layers in the model's stacks."""
+    count = 0
+    for layers in _layer_lists(model):
+        for i, layer in enumerate(layers):
+            if isinstance(layer, CheckpointedLayer):
+                layers[i] = layer.layer
+            count += 1
+    return count
+
+
+# --------------------------------------------------------------------------- 5, 6: compile, fused optimizer
+
+
+def apply_compile(model: nn.Module, *, cuda_graphs: bool = False) -> nn.Module:
+    """``torch.compile(model)``; with ``cuda_graphs``, ``mode="reduce-overhead"``, which records the compiled
+    step as CUDA graphs and replays it with one launch (CUDA devices only)."""
+    return torch.compile(model, mode="reduce-overhead" if cuda_graphs else None)
+
+
+def apply_plan(model: nn.Module, plan: SpeedPlan, device: torch.device | str) -> nn.Module:
+    """Techniques 4 and 5 of ``plan`` applied to a model built with :func:`model_config` and moved to
+    ``device``: checkpointing, then compile. Returns the model to train (compiled or not)."""
+    device = torch.device(device)
+    if plan.cuda_graphs and device.type != "cuda":
+        raise ValueError(f"CUDA graphs need a CUDA device, not {device}: drop cuda_graphs from the plan")
+    if plan.checkpointing:
+        apply_activation_checkpointing(model)
+    if plan.compile:
+        model = apply_compile(model, cuda_graphs=plan.cuda_graphs)
+    return model
+
+
+def make_adamw(params: Iterable, plan: SpeedPlan, **kwargs: Any) -> torch.optim.AdamW:
+    """AdamW, with the fused kernel when the plan asks for it (else PyTorch's default implementation)."""
+    return torch.optim.AdamW(params, fused=True if plan.fused_optimizer else None, **kwargs)
+
+
+def grad_scaler(plan: SpeedPlan, device: torch.device | str) -> torch.amp.GradScaler:
+    """A gradient scaler, enabled for fp16 only (bf16 has float32's range and needs none)."""
+    return torch.amp.GradScaler(torch.device(device).type, enabled=plan.dtype == torch.float16)
+
+
+# --------------------------------------------------------------------------- the training step
+
+
+def next_token_loss(model: nn.Module, ids: Tensor) -> tuple[Tensor, int]:
+    """Mean next-token cross-entropy of a language model on ``ids`` (B, T + 1), in float32, and the
+    number of predicted tokens B * T: inputs are ``ids[:, :-1]``, targets ``ids[:, 1:]``."""
+    logits = model(ids[:, :-1])  # (B, T) -> (B, T, V)
+    targets = ids[:, 1:]
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()), targets.numel()  # (B*T, V)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOutput:
+    """What one optimizer step returns. Tensors stay on the device: reading one waits for the GPU."""
+
+    loss: Tensor
+    """Mean loss of the step (over micro-batches, or over tokens with ``normalize_by='tokens'``), detached."""
+    tokens: Tensor | int
+    """Tokens the step trained on, as the loss function counted them."""
+    grad_norm: Tensor | None
+    """Global gradient norm before clipping (None when ``grad_clip`` is None)."""
+
+
+def make_train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[nn.Module, Any], tuple[Tensor, Tensor | int]],
+    *,
+    dtype: torch.dtype | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    tf32: bool | None = None,
+    grad_accum_steps: int = 1,
+    normalize_by: str = "micro_batches",
+    grad_clip: float | None = None,
+    cuda_graphs: bool = False,
+) -> Callable[[Iterable[Any]], StepOutput]:
+    """Build ``step(micro_batches) -> StepOutput``: one optimizer step over ``grad_accum_steps`` micro-batches.
+
+    ``loss_fn(model, batch)`` returns the mean loss over the batch's tokens and their count (an int, or
+    a tensor on the device); it runs under autocast in ``dtype`` (None: float32). ``scaler``: a
+    ``GradScaler`` (needed for fp16). ``tf32``: True/False sets float32 matmul precision for the step
+    (TF32 or strict float32); None leaves it as it is. ``normalize_by``: 'micro_batches' divides each
+    micro-batch's loss by ``grad_accum_steps``; 'tokens' weights it by its token count and divides the
+    summed gradients by the step's tokens, so that the step equals one large batch however padding
+    falls. ``grad_clip``: clip the global gradient norm to it (``float('inf')`` measures without
+    clipping). ``cuda_graphs``: mark each step's start for a model compiled with
+    ``mode="reduce-overhead"``. Nothing in the step reads a value back from the device.
+    """
+    if grad_accum_steps < 1:
+        raise ValueError(f"grad_accum_steps must be >= 1, got {grad_accum_steps}")
+    if normalize_by not in ("micro_batches", "tokens"):
+        raise ValueError(f"normalize_by must be 'micro_batches' or 'tokens', not {normalize_by!r}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or None (float32), not {dtype}")
+    if dtype == torch.float16 and (scaler is None or not scaler.is_enabled()):
+        raise ValueError("fp16 training needs an enabled GradScaler (gradients underflow without one): "
+                         "pass scaler=speed.grad_scaler(plan, device)")
+    if grad_clip is not None and grad_clip <= 0:
+        raise ValueError(f"grad_clip must be positive (float('inf') to only measure the norm) or None, got {grad_clip}")
+    device_type = next(model.parameters()).device.type
+    params = [p for p in model.parameters() if p.requires_grad]
+    by_tokens = normalize_by == "tokens"
+
+    def scale(loss: Tensor) -> Tensor:
+        return scaler.scale(loss) if scaler is not None else loss
+
+    def step(micro_batches: Iterable[Any]) -> StepOutput:
+        if cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # outputs of the last replay may be overwritten now
+        with float32_matmul_precision("high" if tf32 else "highest") if tf32 is not None else contextlib.nullcontext():
+            step_loss: Tensor | int = 0
+            step_tokens: Tensor | int = 0
+            count = 0
+            for batch in micro_batches:
+                with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+                    loss, n_tokens = loss_fn(model, batch)
+                if by_tokens:
+                    loss = loss * n_tokens
+                elif grad_accum_steps > 1:
+                    loss = loss * (1 / grad_accum_steps)
+                scale(loss).backward()
+                step_loss = step_loss + loss.detach()
+                step_tokens = step_tokens + n_tokens
+                count += 1
+            if count != grad_accum_steps:
+                raise ValueError(f"the step got {count} micro-batches, but was built for grad_accum_steps="
+                                 f"{grad_accum_steps}")
+            if by_tokens:  # sum of (tokens x mean loss) over the step's tokens: one large batch's mean
+                grads = [p.grad for p in params if p.grad is not None]
+                divisor = step_tokens.float() if torch.is_tensor(step_tokens) else float(step_tokens)
+                torch._foreach_div_(grads, divisor)
+                step_loss = step_loss / divisor
+            norm = None
+            if grad_clip is not None:
+                if scaler is not None:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).detach()
+            if scaler is not None:
+                scaler.step(optimizer)  # skips the update if an fp16 gradient overflowed
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return StepOutput(loss=step_loss, tokens=step_tokens, grad_norm=norm)
+
+    return step
