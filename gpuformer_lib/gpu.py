@@ -109,6 +109,23 @@ def mem_get_info(device: torch.device | str | int | None = None) -> tuple[int, i
     return total, total
 
 
+DEVICE_PROPERTY_NAMES = ("name", "multi_processor_count", "warp_size", "max_threads_per_multi_processor",
+                         "regs_per_multiprocessor", "shared_memory_per_multiprocessor", "L2_cache_size",
+                         "total_memory")
+"""The properties of ``torch.cuda.get_device_properties`` that chapter 2 explains."""
+
+
+def device_properties(device: torch.device | str | int | None = None) -> dict[str, object]:
+    """The GPU's properties named in :data:`DEVICE_PROPERTY_NAMES` (a property this PyTorch build does not
+    report is left out). In rehearsal: what the profile knows, its name and memory."""
+    device, real = _target(device)
+    if real:
+        props = torch.cuda.get_device_properties(device)
+        found = {name: getattr(props, name, None) for name in DEVICE_PROPERTY_NAMES}
+        return {name: value for name, value in found.items() if value is not None}
+    return {"name": PROFILES[rehearsal_name()].gpu_name, "total_memory": total_memory(device)}
+
+
 @contextlib.contextmanager
 def memory_cap(device: torch.device | str | int, cap_bytes: int) -> Iterator[None]:
     """Let this process allocate at most ``cap_bytes`` on ``device`` while the block runs; an allocation

@@ -10,18 +10,24 @@ Transformer Models" (per layer T B C (34 + 5 H T / C) bytes with 16-bit activati
 exact for the course's layers: :class:`SavedActivations` measures what autograd really keeps, on any
 device, and the tests hold the two within a few percent. Temporaries that live only inside one
 operation, and the allocator's rounding, are not in the formula; chapter 9 measures them on a GPU.
-Also here: activation checkpointing, and :func:`fit_micro_batch`, which recovers from out-of-memory by
-trading micro-batch size for accumulation steps. Leaves out: communication buffers of distributed
+Also here: activation checkpointing; :func:`fit_micro_batch`, which recovers from out-of-memory by
+trading micro-batch size for accumulation steps; and a memory cap to try it under (:class:`MemoryCap`,
+:func:`choose_memory_cap`, :func:`memory_limit`, :func:`activation_limit`): real on a GPU, simulated
+elsewhere, both under a rehearsed GPU profile. Leaves out: communication buffers of distributed
 training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Callable
+from typing import Callable, ContextManager, Iterator
 
 import torch
 from torch import nn
+
+from gpuformer_lib import gpu
+from gpuformer_lib.profiles import DeviceProfile, rehearsal_name
 
 # bytes of optimizer state per parameter, for states kept in float32
 _OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd_momentum": 4, "adam": 8, "adamw": 8}
@@ -40,14 +46,20 @@ class TrainingMemory:
     """What the forward pass keeps for the backward pass (the peak sits at the start of backward)."""
     recomputed: int = 0
     """With activation checkpointing: one layer's activations, recomputed during the backward pass."""
+    loss_temporaries: int = 0
+    """Vocabulary-sized tensors alive only around the loss (``count_loss_temporaries=True``): the logits, and
+    in the backward pass the float32 gradients of the log-probabilities and of the logits' float32 copy and
+    the gradient of the logits, B T V (2 + 4 + 4 + 2) bytes at 16 bits. Not saved for backward, so not in
+    ``activations``; they set the peak of a small model with a large vocabulary."""
 
     @property
     def total(self) -> int:
         return (self.weights + self.gradients + self.optimizer + self.master_weights + self.activations
-                + self.recomputed)
+                + self.recomputed + self.loss_temporaries)
 
     def rows(self) -> list[tuple[str, int]]:
-        names = ("weights", "gradients", "optimizer", "master_weights", "activations", "recomputed")
+        names = ("weights", "gradients", "optimizer", "master_weights", "activations", "recomputed",
+                 "loss_temporaries")
         return [(name, getattr(self, name)) for name in names] + [("total", self.total)]
 
     def __str__(self) -> str:
@@ -109,6 +121,7 @@ def training_memory(
     shard_optimizer: int = 1,
     shard_gradients: int = 1,
     shard_weights: int = 1,
+    count_loss_temporaries: bool = False,
 ) -> TrainingMemory:
     """Estimate the memory of a training step of a decoder-only model (``DecoderLM``).
 
@@ -121,6 +134,9 @@ def training_memory(
     final LayerNorm's and output projection's inputs and the float32 log-probabilities the loss keeps,
     4 V bytes per token (often the largest single tensor). With ``checkpointing`` only each layer's
     input is kept, and one layer is recomputed at a time during the backward pass (``recomputed``).
+    ``count_loss_temporaries`` adds the vocabulary-sized tensors alive around the loss
+    (:attr:`TrainingMemory.loss_temporaries`): use it to check that a run fits, not to compare with
+    what autograd saves.
     """
     if optimizer not in _OPTIMIZER_STATE_BYTES:
         raise ValueError(f"optimizer must be one of {sorted(_OPTIMIZER_STATE_BYTES)}, not {optimizer!r}")
@@ -150,6 +166,8 @@ def training_memory(
         master_weights=(n_params * 4 // shard_optimizer) if master_weights else 0,
         activations=int(activations),
         recomputed=int(recomputed),
+        loss_temporaries=(seq_len * batch_size * vocab_size * (2 * activation_bytes + 8)
+                          if count_loss_temporaries else 0),
     )
 
 
@@ -169,17 +187,20 @@ def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None 
 
 
 def measure_peak_memory(fn: Callable[[], object], device: torch.device | str = "cuda") -> int:
-    """Bytes allocated at the peak while ``fn`` ran, beyond what was allocated before (CUDA only)."""
+    """Bytes allocated at the peak while ``fn`` ran, beyond what was allocated before (CUDA only).
+
+    Through :mod:`gpuformer_lib.gpu`, so under a rehearsed GPU profile it runs ``fn`` on the CPU and
+    returns the stand-ins' 0 bytes."""
     device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
+    if (device.type != "cuda" or not torch.cuda.is_available()) and rehearsal_name() is None:
         raise ValueError("peak memory is measured with the CUDA allocator; on a CPU use the calculator "
                          "(training_memory) or model_state_bytes")
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
+    gpu.synchronize(device)
+    gpu.reset_peak_memory_stats(device)
+    before = gpu.memory_allocated(device)
     fn()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - before
+    gpu.synchronize(device)
+    return gpu.max_memory_allocated(device) - before
 
 
 # --------------------------------------------------------------------------- measuring activations on any device
@@ -229,14 +250,14 @@ class SavedActivations:
 
 
 def set_activation_checkpointing(model: nn.Module, enabled: bool = True) -> int:
-    """Turn activation checkpointing on or off in every layer stack of a course model; returns how many
-    stacks were changed (0 means the model has none, and nothing happened)."""
-    from gpuformer_lib.layers import LayerStack
+    """Turn activation checkpointing on or off for every layer of a course model's layer stacks, by
+    wrapping the layers from outside (:func:`gpuformer_lib.speed.apply_activation_checkpointing`).
+    Returns the number of layers (0 means the model has no layer stack, and nothing happened)."""
+    from gpuformer_lib import speed  # speed builds on the model; the calculator above does not need it
 
-    stacks = [m for m in model.modules() if isinstance(m, LayerStack)]
-    for stack in stacks:
-        stack.checkpointing = enabled
-    return len(stacks)
+    if enabled:
+        return speed.apply_activation_checkpointing(model)
+    return speed.remove_activation_checkpointing(model)
 
 
 # --------------------------------------------------------------------------- out of memory: recover with accumulation
@@ -289,3 +310,103 @@ def fit_micro_batch(try_step: Callable[[int], object], batch_size: int, *, min_m
             print(f"micro-batch {micro}: out of memory; trying {micro // 2} x {batch_size // (micro // 2)} "
                   "accumulation steps")
         micro //= 2
+
+
+# --------------------------------------------------------------------------- a memory cap to try it under
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryCap:
+    """A memory limit for trying out-of-memory recovery: real on a GPU, simulated elsewhere, both in a
+    rehearsal. Made by :func:`choose_memory_cap`; enforced by :func:`memory_limit` (the allocator's part,
+    around the whole run) and :func:`activation_limit` (the simulated part, around each forward pass)."""
+
+    allocator_bytes: int | None = None
+    """Most bytes the CUDA allocator may hold while :func:`memory_limit` is active (``gpu.memory_cap``);
+    None without a GPU."""
+    activation_bytes: int | None = None
+    """Most bytes autograd may keep in one forward pass (``SavedActivations(cap=)``, which raises the
+    same ``torch.OutOfMemoryError``); None on a GPU, where the allocator enforces the real cap."""
+
+    def __post_init__(self):
+        if self.allocator_bytes is None and self.activation_bytes is None:
+            raise ValueError("a MemoryCap needs allocator_bytes, activation_bytes or both")
+        for name in ("allocator_bytes", "activation_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive int (bytes) or None, got {value!r}")
+
+
+def choose_memory_cap(profile: DeviceProfile, device: torch.device | str, small_step: Callable[[], object],
+                      small_step_activations: int, *, margin: float = 1.2) -> MemoryCap:
+    """A cap under which ``small_step`` (one training step at a small micro-batch) fits with ``margin`` to
+    spare, so that larger micro-batches run out of memory.
+
+    On a GPU: the bytes allocated now (weights, optimizer state) plus ``margin`` times the measured peak
+    of ``small_step`` beyond them, read after emptying the allocator's cache (the allocator compares the
+    cap with what it reserves, cache included). Elsewhere: ``margin`` times ``small_step_activations``,
+    what one forward pass of the small step keeps for backward (from the calculator, or measured with
+    :class:`SavedActivations`). Rehearsing a GPU profile, both: ``small_step`` runs through the stand-ins,
+    which measure 0 bytes, so the allocator cap that ``gpu.memory_cap`` checks takes the simulated figure.
+    """
+    if margin < 1:
+        raise ValueError(f"margin must be at least 1 (the small step must fit), got {margin}")
+    if small_step_activations < 1:
+        raise ValueError(f"small_step_activations must be a positive number of bytes, got {small_step_activations}")
+    activation_bytes = int(margin * small_step_activations)
+    if not profile.on_gpu:
+        return MemoryCap(activation_bytes=activation_bytes)
+    peak = measure_peak_memory(small_step, device)
+    gpu.empty_cache()
+    allocator_bytes = gpu.memory_allocated(device) + int(margin * peak)
+    if profile.rehearsal:  # the stand-ins measured nothing: check the GPU calls with the simulated figure
+        return MemoryCap(allocator_bytes=max(allocator_bytes, activation_bytes), activation_bytes=activation_bytes)
+    return MemoryCap(allocator_bytes=allocator_bytes)
+
+
+@contextlib.contextmanager
+def memory_limit(device: torch.device | str, cap: MemoryCap) -> Iterator[MemoryCap]:
+    """Hold the GPU to ``cap.allocator_bytes`` while the block runs (``gpu.memory_cap``: lifted afterwards,
+    even on an error; checked by its stand-in in a rehearsal). Without an allocator cap it does nothing:
+    the simulated part of the cap is per forward pass, :func:`activation_limit`."""
+    if cap.allocator_bytes is None:
+        yield cap
+        return
+    with gpu.memory_cap(device, cap.allocator_bytes):
+        yield cap
+
+
+def activation_limit(model: nn.Module, cap: MemoryCap | None) -> ContextManager:
+    """The simulated part of ``cap`` for one forward pass: ``SavedActivations(model, cap=...)``, which
+    raises ``torch.OutOfMemoryError`` once autograd keeps more than ``cap.activation_bytes``. A null
+    context without a cap or where the cap is the allocator's alone (a GPU)."""
+    if cap is None or cap.activation_bytes is None:
+        return contextlib.nullcontext()
+    return SavedActivations(model, cap=cap.activation_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPeak:
+    """The measured peak of a training step beside the calculator's prediction for it."""
+
+    measured: int
+    """Bytes allocated at the step's peak beyond what was allocated before (0 from a rehearsal's stand-ins)."""
+    predicted: int
+    """The calculator's activations + gradients: what a step allocates beyond weights and optimizer state."""
+
+    def __str__(self) -> str:
+        ratio = f"{self.predicted / self.measured:.2f}x" if self.measured else "nothing measured: a rehearsal"
+        return (f"peak of a step beyond weights and optimizer state: {self.measured / 2**30:.2f} GiB; "
+                f"calculator (activations + gradients): {self.predicted / 2**30:.2f} GiB ({ratio})")
+
+
+def measure_step_peak(step: Callable[[], object], device: torch.device | str, predicted: TrainingMemory,
+                      snapshot: str | None = None) -> StepPeak:
+    """Measure the peak of ``step()`` (one training step that starts and ends without gradients) with the
+    CUDA allocator, beside ``predicted.activations + predicted.gradients``; with ``snapshot`` (a path) also
+    run it once more recording every allocation, and write the snapshot there (``gpu.memory_history``)."""
+    measured = measure_peak_memory(step, device)
+    if snapshot is not None:
+        with gpu.memory_history(snapshot, device):
+            step()
+    return StepPeak(measured=measured, predicted=predicted.activations + predicted.gradients)

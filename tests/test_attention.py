@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpuformer_lib.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from gpuformer_lib.profiles import describe_device, low_precision_dtype
 
 # (rtol, atol) per dtype under autocast: the course's tolerances for comparing against PyTorch
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (5e-3, 5e-3)}
@@ -98,18 +99,17 @@ def test_sdpa_input_errors(call, message):
         call(*qkv(2, 2))
 
 
-def make_pair(d_model=24, n_heads=4, bias=True):
+def make_pair(d_model=24, n_heads=4, bias=True, fused=True):
     ref = nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True)
-    ours = MultiHeadAttention(d_model, n_heads, bias=bias)
+    ours = MultiHeadAttention(d_model, n_heads, bias=bias, fused=fused)
     ours.load_state_dict(ref.state_dict())
     return ours, ref
 
 
-@pytest.mark.parametrize("use_sdpa", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("case", ["self", "cross", "padding", "causal", "causal+padding", "bool mask", "no bias"])
-def test_mha_equals_nn_multiheadattention(use_sdpa, case):
-    ours, ref = make_pair(bias=case != "no bias")
-    ours.use_sdpa = use_sdpa
+def test_mha_equals_nn_multiheadattention(fused, case):
+    ours, ref = make_pair(bias=case != "no bias", fused=fused)
     B, T, S = 3, 7, 5
     x = torch.randn(B, T, 24, requires_grad=True)
     mem = torch.randn(B, S, 24, requires_grad=True)
@@ -151,13 +151,12 @@ def test_mha_weights_match_pytorch_per_head():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_mha_under_autocast(dtype):
-    ours, ref = make_pair(d_model=32)
     x = torch.randn(2, 9, 32)
     pad = torch.zeros(2, 9, dtype=torch.bool)
     pad[1, -4:] = True
     rtol, atol = TOLERANCE[dtype]
-    for use_sdpa in (True, False):
-        ours.use_sdpa = use_sdpa
+    for fused in (True, False):
+        ours, ref = make_pair(d_model=32, fused=fused)
         with torch.autocast("cpu", dtype=dtype):
             out, _ = ours(x, x, x, key_padding_mask=pad)
             ref_out, _ = ref(x, x, x, key_padding_mask=pad, need_weights=False)
@@ -167,13 +166,22 @@ def test_mha_under_autocast(dtype):
 
 def test_mha_explicit_and_fused_paths_agree_with_dropout_off_in_eval():
     ours, _ = make_pair()
-    ours.dropout = 0.5
-    ours.eval()
+    explicit_mha = MultiHeadAttention(24, 4, fused=False)
+    explicit_mha.load_state_dict(ours.state_dict())
+    for m in (ours, explicit_mha):
+        m.dropout = 0.5
+        m.eval()
     x = torch.randn(2, 5, 24)
     fused, _ = ours(x, x, x, is_causal=True)
-    ours.use_sdpa = False
-    explicit, _ = ours(x, x, x, is_causal=True)
+    explicit, _ = explicit_mha(x, x, x, is_causal=True)
     torch.testing.assert_close(fused, explicit)
+
+
+def test_mha_kernel_choice_is_fixed_at_construction():
+    # no switch for other code to flip by walking modules: build the model with the choice instead
+    assert MultiHeadAttention(24, 4).fused and not MultiHeadAttention(24, 4, fused=False).fused
+    with pytest.raises(AttributeError):
+        MultiHeadAttention(24, 4).fused = False
 
 
 @pytest.mark.parametrize("call, message", [
@@ -198,16 +206,16 @@ def test_mha_config_errors():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_mha_on_gpu_equals_pytorch(dtype):
-    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        pytest.skip("this GPU has no bf16")
-    ours, ref = make_pair(d_model=64)
-    ours, ref = ours.cuda(), ref.cuda()
+    if dtype == torch.bfloat16 and low_precision_dtype(describe_device("cuda")) != torch.bfloat16:
+        # not torch.cuda.is_bf16_supported(): it counts emulation, so it says True on a T4 (finding B6)
+        pytest.skip("this GPU has no native bf16 (a T4 would emulate it)")
     x = torch.randn(4, 33, 64, device="cuda")
     pad = torch.zeros(4, 33, dtype=torch.bool, device="cuda")
     pad[1, 20:] = True
     rtol, atol = TOLERANCE[dtype]
-    for use_sdpa in (True, False):
-        ours.use_sdpa = use_sdpa
+    for fused in (True, False):
+        ours, ref = make_pair(d_model=64, fused=fused)
+        ours, ref = ours.cuda(), ref.cuda()
         with torch.autocast("cuda", dtype=dtype):
             out, _ = ours(x, x, x, key_padding_mask=pad, is_causal=True)
             causal = ~torch.ones(33, 33, dtype=torch.bool, device="cuda").tril()
