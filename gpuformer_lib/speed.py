@@ -200,6 +200,7 @@ def make_train_step(
     normalize_by: str = "micro_batches",
     grad_clip: float | None = None,
     cuda_graphs: bool = False,
+    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> Callable[[Iterable[Any]], StepOutput]:
     """Build ``step(micro_batches) -> StepOutput``: one optimizer step over ``grad_accum_steps`` micro-batches.
 
@@ -211,7 +212,11 @@ def make_train_step(
     summed gradients by the step's tokens, so that the step equals one large batch however padding
     falls. ``grad_clip``: clip the global gradient norm to it (``float('inf')`` measures without
     clipping). ``cuda_graphs``: mark each step's start for a model compiled with
-    ``mode="reduce-overhead"``. Nothing in the step reads a value back from the device.
+    ``mode="reduce-overhead"``. ``no_sync``: for a data-parallel model, a callable returning a context
+    manager that holds back the gradient all-reduce (``ddp.no_sync``); every micro-batch but the last
+    runs inside it, so gradients are reduced once per step, not once per micro-batch (with 'tokens',
+    ranks must see equal token counts for the reduced mean to be the global batch's). Nothing in the
+    step reads a value back from the device.
     """
     if grad_accum_steps < 1:
         raise ValueError(f"grad_accum_steps must be >= 1, got {grad_accum_steps}")
@@ -239,17 +244,22 @@ def make_train_step(
             step_tokens: Tensor | int = 0
             count = 0
             for batch in micro_batches:
-                with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
-                    loss, n_tokens = loss_fn(model, batch)
-                if by_tokens:
-                    loss = loss * n_tokens
-                elif grad_accum_steps > 1:
-                    loss = loss * (1 / grad_accum_steps)
-                scale(loss).backward()
+                if count == grad_accum_steps:  # refused before it runs: its gradients would miss the all-reduce
+                    raise ValueError(f"the step got more than {grad_accum_steps} micro-batches, but was built for "
+                                     f"grad_accum_steps={grad_accum_steps}")
+                held_back = no_sync is not None and count < grad_accum_steps - 1
+                with no_sync() if held_back else contextlib.nullcontext():  # the last one all-reduces
+                    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+                        loss, n_tokens = loss_fn(model, batch)
+                    if by_tokens:
+                        loss = loss * n_tokens
+                    elif grad_accum_steps > 1:
+                        loss = loss * (1 / grad_accum_steps)
+                    scale(loss).backward()
                 step_loss = step_loss + loss.detach()
                 step_tokens = step_tokens + n_tokens
                 count += 1
-            if count != grad_accum_steps:
+            if count != grad_accum_steps:  # too few: with no_sync, the gradients were never all-reduced
                 raise ValueError(f"the step got {count} micro-batches, but was built for grad_accum_steps="
                                  f"{grad_accum_steps}")
             if by_tokens:  # sum of (tokens x mean loss) over the step's tokens: one large batch's mean

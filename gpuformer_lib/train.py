@@ -295,7 +295,9 @@ def train(
         return history
     train_step = make_train_step(model, optimizer, loss_fn, dtype=dtype, scaler=scaler,
                                  grad_accum_steps=config.grad_accum_steps, normalize_by=config.normalize_by,
-                                 grad_clip=config.grad_clip if config.grad_clip else float("inf"))
+                                 grad_clip=config.grad_clip if config.grad_clip else float("inf"),
+                                 # a DDP-wrapped model all-reduces once per step, not once per micro-batch
+                                 no_sync=getattr(model, "no_sync", None) if config.grad_accum_steps > 1 else None)
     pending: list[tuple] = []  # read back every log_every steps
     tokens = torch.tensor(history.tokens[-1] if history.tokens else 0, device=device)  # stays on the device
 

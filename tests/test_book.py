@@ -22,7 +22,7 @@ def html(tmp_path_factory) -> Path:
     # Build a copy of the sources, with the stray markdown that tools leave in hidden folders
     # (pytest's cache, a virtual environment), which must not break the build.
     src = tmp_path_factory.mktemp("src")
-    for name in ("_config.yml", "_toc.yml", "book", "notebooks", "gpuformer_lib"):
+    for name in ("_config.yml", "_toc.yml", "book", "notebooks", "gpuformer_lib", "scripts"):
         copy = shutil.copytree if (REPO_ROOT / name).is_dir() else shutil.copy2
         copy(REPO_ROOT / name, src / name)
     for stray in (".pytest_cache/README.md", ".venv/lib/README.md"):

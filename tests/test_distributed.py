@@ -38,6 +38,16 @@ def test_data_parallel_equals_one_process():
     assert results["replicas_identical"]
 
 
+def test_ddp_accumulation_through_the_step_builder_equals_one_process_with_one_all_reduce_per_step():
+    """Two micro-batches per rank through make_train_step: the same weights as one process on the whole
+    batch, and with no_sync half the all-reduces of a run without it (one round per step, not two)."""
+    results = run(DATA_PARALLEL, "accumulation")["accumulation"]
+    held, every = results["no_sync"], results["all-reduce every micro-batch"]
+    assert held["weight_gap"] < 1e-5 and every["weight_gap"] < 1e-5, results
+    assert len(held["all_reduces_per_step"]) == 3 and min(held["all_reduces_per_step"]) >= 1
+    assert [2 * k for k in held["all_reduces_per_step"]] == every["all_reduces_per_step"]
+
+
 def test_ring_all_reduce_and_its_timing():
     result = run(DATA_PARALLEL, "allreduce")["allreduce"]
     assert result["ring_correct"] and len(result["seconds"]) == len(result["bytes"])
@@ -146,6 +156,7 @@ def test_the_data_parallel_world_divides_the_workers_batch(gpus):
     profile = dataclasses.replace(profiles.PROFILES["8xh100"], gpu_count=gpus)
     world, backend = profiles.data_parallel_world(profile, data_parallel.GLOBAL_BATCH)
     assert data_parallel.GLOBAL_BATCH % world == 0  # equivalence would raise otherwise (3, 5, 6, 7 GPUs)
+    assert data_parallel.GLOBAL_BATCH // world >= 2  # each rank's share splits into 2 non-empty micro-batches
     assert (world, backend) == ((2, "gloo") if gpus == 1 else ({3: 2, 5: 4, 6: 4, 7: 4}.get(gpus, gpus), "nccl"))
 
 

@@ -2,6 +2,7 @@
 computation or the state_dict, construction-time choices, and the one training step against a step
 written out by hand."""
 
+import contextlib
 import dataclasses
 
 import pytest
@@ -154,6 +155,57 @@ def test_train_step_checks_its_arguments():
     step = speed.make_train_step(model, opt, speed.next_token_loss, grad_accum_steps=2)
     with pytest.raises(ValueError, match="got 1 micro-batches"):
         step([batch()])
+
+
+class RecordingNoSync:
+    """A stand-in for ``ddp.no_sync``: records, for each forward and each backward, whether it ran inside."""
+
+    def __init__(self, model):
+        self.inside, self.forwards, self.backwards = False, [], []
+        model.embed.weight.register_hook(lambda grad: self.backwards.append(self.inside))
+
+    def loss_fn(self, model, ids):
+        self.forwards.append(self.inside)
+        return speed.next_token_loss(model, ids)
+
+    @contextlib.contextmanager
+    def __call__(self):
+        assert not self.inside, "no_sync entered twice"
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+
+@pytest.mark.parametrize("accum", [1, 3])
+def test_train_step_holds_back_the_all_reduce_in_every_micro_batch_but_the_last(accum):
+    model, ref = lm(), lm()
+    fake = RecordingNoSync(model)
+    step = speed.make_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), fake.loss_fn,
+                                 grad_accum_steps=accum, no_sync=fake)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    micro = [batch(seed=s) for s in range(accum)]
+    for _ in range(2):
+        step(iter(micro))
+        reference_step(ref, opt_ref, micro)
+    expected = [True] * (accum - 1) + [False]  # forward and backward of all but the last inside no_sync
+    assert fake.forwards == expected * 2 and fake.backwards == expected * 2
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_train_step_with_no_sync_refuses_a_wrong_number_of_micro_batches():
+    model = lm()
+    fake = RecordingNoSync(model)
+    step = speed.make_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), fake.loss_fn,
+                                 grad_accum_steps=2, no_sync=fake)
+    with pytest.raises(ValueError, match="more than 2 micro-batches"):
+        step(batch(seed=s) for s in range(3))
+    assert fake.forwards == [True, False]  # the third never ran: it would have come after the all-reduce
+    model.zero_grad(set_to_none=True)
+    with pytest.raises(ValueError, match="got 1 micro-batches"):
+        step([batch()])  # its only micro-batch ran inside no_sync: the gradients were never reduced
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -8,7 +8,8 @@ installed, Colab included, without a clone of the repository:
     torchrun --standalone --nproc_per_node=2 -m gpuformer_lib.workers.data_parallel equivalence
     distributed.launch(distributed.worker_path("data_parallel"), 2, ["equivalence"])  # from a notebook
 
-Covers: :func:`run_command`, the command line the workers share. Leaves out: the parallel algorithms
+Covers: :func:`run_command`, the command line the workers share, and :func:`lm_loss`, the loss their
+language models train on through ``speed.make_train_step``. Leaves out: the parallel algorithms
 themselves (:mod:`gpuformer_lib.distributed`), which the workers call and check against one process.
 """
 
@@ -19,7 +20,17 @@ import os
 import time
 from typing import Callable, Sequence
 
+import torch.nn.functional as F
+from torch import Tensor, nn
+
 from gpuformer_lib import distributed
+
+
+def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
+    """Mean cross-entropy of ``model`` on ``batch = (x, y)``, inputs and targets (B, T), and the number
+    of predicted tokens B * T: a ``loss_fn`` for ``speed.make_train_step``."""
+    x, y = batch
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten()), y.numel()  # (B*T, V) against (B*T,)
 
 
 def run_command(commands: dict[str, Callable], module: str, argv: Sequence[str] | None = None) -> None:

@@ -4,10 +4,12 @@
     torchrun --standalone --nproc_per_node=2 -m gpuformer_lib.workers.data_parallel equivalence
 
 Subcommands: hello (ranks and an all-reduce), equivalence (naive, hooked and PyTorch DDP against one
-process on the whole batch, with no_sync accumulation and a rank-0 checkpoint), sampler
-(DistributedSampler and set_epoch), allreduce (time against message size, and the ring written by
-hand), scaling (training throughput at this world size), fail (a rank that raises). Gloo on CPU
-processes, NCCL on GPUs (GPUFORMER_BACKEND, set by distributed.launch).
+process on the whole batch, with no_sync accumulation and a rank-0 checkpoint), accumulation
+(DDP accumulating micro-batches with and without no_sync: the same weights, all-reduces counted),
+sampler (DistributedSampler and set_epoch), allreduce (time against message size, and the ring
+written by hand), scaling (training throughput at this world size), fail (a rank that raises). Gloo
+on CPU processes, NCCL on GPUs (GPUFORMER_BACKEND, set by distributed.launch). The DDP runs train
+through ``speed.make_train_step``, the step every chapter uses; the naive versions are written out.
 """
 
 import os
@@ -15,28 +17,26 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from gpuformer_lib import bench, data
 from gpuformer_lib.distributed import NaiveDataParallel, average_gradients, rank_print, report, ring_all_reduce
 from gpuformer_lib.model import DecoderLM, TransformerConfig
-from gpuformer_lib.workers import run_command
+from gpuformer_lib.speed import StepOutput, make_train_step
+from gpuformer_lib.workers import lm_loss, run_command
 
-GLOBAL_BATCH = 8
+GLOBAL_BATCH = 16
 """Samples per step of the equivalence check; the number of ranks must divide it
-(``profiles.data_parallel_world`` chooses one that does)."""
+(``profiles.data_parallel_world`` chooses one that does), leaving each rank at least 2 samples for
+the accumulation variant's 2 micro-batches (up to 8 ranks)."""
 CONFIG = TransformerConfig(vocab_size=16, d_model=32, n_heads=4, n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32)
 
 
 def make_model(device):
     torch.manual_seed(0)  # every rank builds the same initial weights (DDP would broadcast rank 0's anyway)
     return DecoderLM(CONFIG).to(device)
-
-
-def lm_loss(model, x, y):
-    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())  # (B*T, V) against (B*T,)
 
 
 def hello(env, device):
@@ -48,49 +48,76 @@ def hello(env, device):
     report("rank_sum", value.item())
 
 
+def record_first_gradients(optimizer, model, into, key):
+    """Keep ``model``'s gradients (flattened, on the CPU) in ``into[key]`` just before ``optimizer``'s first
+    update: a step built by ``make_train_step`` sets them to None right after."""
+
+    def hook(opt, args, kwargs):
+        if key not in into:
+            into[key] = torch.cat([p.grad.flatten().cpu() for p in model.parameters()])
+
+    optimizer.register_step_pre_hook(hook)
+
+
+def hand_written_step(model, optimizer, finish_gradients):
+    """A step written out, for the naive versions: backward, ``finish_gradients()`` (their all-reduce),
+    update. Returns ``step(micro_batches) -> StepOutput`` like ``make_train_step``, for one micro-batch."""
+
+    def step(micro_batches):
+        (batch,) = micro_batches
+        loss, tokens = lm_loss(model, batch)
+        loss.backward()
+        finish_gradients()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return StepOutput(loss=loss.detach(), tokens=tokens, grad_norm=None)
+
+    return step
+
+
 def equivalence(env, device, steps=5, global_batch=GLOBAL_BATCH):
     n, r = env.world_size, env.rank
-    if global_batch % n:
-        raise ValueError(f"the global batch of {global_batch} does not split over {n} ranks")
+    if global_batch % n or global_batch < 2 * n:
+        raise ValueError(f"the global batch of {global_batch} does not split over {n} ranks into 2 micro-batches "
+                         f"each: use a multiple of {n} that is at least {2 * n}")
     batches = [data.repeating_patterns(s, CONFIG.vocab_size, batch_size=global_batch, seq_len=16) for s in range(steps)]
     indices = list(DistributedSampler(range(global_batch), num_replicas=n, rank=r, shuffle=False))  # r, r + n, ...
+
+    def whole(x, y):  # the reference, computed alike on every rank
+        return [(x, y)]
+
+    def my_share(x, y):
+        return [(x[indices], y[indices])]
+
+    def my_share_in_two(x, y):  # two micro-batches of accumulation
+        return list(zip(x[indices].tensor_split(2), y[indices].tensor_split(2)))
+
     weights, first_grads, losses = {}, {}, {}
     for name in ("one process, whole batch", "average_gradients", "NaiveDataParallel", "DDP", "DDP + no_sync"):
         model = make_model(device)
-        wrapped = (NaiveDataParallel(model) if name == "NaiveDataParallel"
-                   else DDP(model, device_ids=[device.index] if device.type == "cuda" else None) if "DDP" in name
-                   else model)
         # SGD with momentum: Adam would blow rounding noise in gradients that are zero in exact
         # arithmetic (the key projection's bias) up to full-size updates, hiding the comparison
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        record_first_gradients(opt, model, first_grads, name)
+        if name == "one process, whole batch":
+            step, split = make_train_step(model, opt, lm_loss), whole
+        elif name == "average_gradients":  # naive: one all-reduce of all gradients after backward
+            step, split = hand_written_step(model, opt, lambda: average_gradients(model)), my_share
+        elif name == "NaiveDataParallel":  # naive: all-reduces started by gradient hooks during backward
+            naive = NaiveDataParallel(model)
+            step, split = hand_written_step(naive, opt, naive.finish_gradients), my_share
+        else:  # the real thing, through the training step every chapter uses
+            ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+            if name == "DDP":
+                step, split = make_train_step(ddp, opt, lm_loss), my_share
+            else:  # micro-batches but the last run inside ddp.no_sync(): one all-reduce per step
+                step = make_train_step(ddp, opt, lm_loss, grad_accum_steps=2, normalize_by="tokens",
+                                       no_sync=ddp.no_sync)
+                split = my_share_in_two
         losses[name] = []
-        for step, (x, y) in enumerate(batches):
-            x, y = x.to(device), y.to(device)
-            if name == "one process, whole batch":  # the reference, computed alike on every rank
-                loss = lm_loss(model, x, y)
-                loss.backward()
-            elif name == "DDP + no_sync":  # two micro-batches per rank; all-reduce only after the second
-                mine_x, mine_y = x[indices], y[indices]
-                half = max(len(indices) // 2, 1)
-                with wrapped.no_sync():  # gradients accumulate locally, no communication
-                    first = lm_loss(wrapped, mine_x[:half], mine_y[:half]) * half / len(indices)
-                    first.backward()
-                second = lm_loss(wrapped, mine_x[half:], mine_y[half:]) * (len(indices) - half) / len(indices)
-                second.backward()  # this backward all-reduces the accumulated gradients
-                loss = (first + second).detach()
-            else:
-                loss = lm_loss(wrapped, x[indices], y[indices])
-                loss.backward()
-                if name == "average_gradients":
-                    average_gradients(model)
-                elif name == "NaiveDataParallel":
-                    wrapped.finish_gradients()
-            if step == 0:
-                first_grads[name] = torch.cat([p.grad.flatten().cpu() for p in model.parameters()])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss = loss.detach().clone()
-            if name != "one process, whole batch":
+        for x, y in batches:
+            loss = step(split(x.to(device), y.to(device))).loss.clone()
+            if split is not whole:
                 dist.all_reduce(loss)  # the global batch's loss: the mean of the ranks' equal-sized means
                 loss /= n
             losses[name].append(loss.item())
@@ -125,6 +152,46 @@ def equivalence(env, device, steps=5, global_batch=GLOBAL_BATCH):
     report("gaps", gaps)
     report("replicas_identical", bool(same))
     report("losses", losses)
+
+
+def accumulation(env, device, micro_batches=2, steps=3, global_batch=GLOBAL_BATCH):
+    """DDP with gradient accumulation through ``make_train_step``, with and without ``no_sync``, against
+    one process on the whole batch; a communication hook counts the all-reduces of each step."""
+    n, r = env.world_size, env.rank
+    if global_batch % n or global_batch < micro_batches * n:
+        raise ValueError(f"the global batch of {global_batch} does not split over {n} ranks into {micro_batches} "
+                         f"micro-batches each: use a multiple of {n} that is at least {micro_batches * n}")
+    batches = [data.repeating_patterns(s, CONFIG.vocab_size, batch_size=global_batch, seq_len=16) for s in range(steps)]
+    mine = slice(r * global_batch // n, (r + 1) * global_batch // n)
+    reference = make_model(device)
+    ref_step = make_train_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), lm_loss)
+    for x, y in batches:
+        ref_step([(x.to(device), y.to(device))])
+    result = {}
+    for name, hold_back in (("no_sync", True), ("all-reduce every micro-batch", False)):
+        model = make_model(device)
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        buckets_reduced = []
+
+        def counting_all_reduce(state, bucket):  # DDP's default all-reduce, counted
+            buckets_reduced.append(bucket.index())
+            return default_hooks.allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, counting_all_reduce)
+        step = make_train_step(ddp, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), lm_loss,
+                               grad_accum_steps=micro_batches, normalize_by="tokens",
+                               no_sync=ddp.no_sync if hold_back else None)
+        per_step = []
+        for x, y in batches:
+            before = len(buckets_reduced)
+            x, y = x[mine].to(device), y[mine].to(device)
+            step(zip(x.tensor_split(micro_batches), y.tensor_split(micro_batches)))
+            per_step.append(len(buckets_reduced) - before)
+        gap = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+        rank_print(f"{name:28}: all-reduced buckets per step {per_step}; weights after {steps} steps differ from "
+                   f"one process by {gap:.1e}")
+        result[name] = {"weight_gap": gap, "all_reduces_per_step": per_step}
+    report("accumulation", result)
 
 
 def sampler(env, device, n_samples=10):
@@ -164,14 +231,9 @@ def scaling(env, device, steps=6, per_rank_batch=16):
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = data.repeating_patterns(env.rank, 256, batch_size=per_rank_batch, seq_len=64)
-    x, y = x.to(device), y.to(device)
-
-    def step():
-        lm_loss(ddp, x, y).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    t = bench.time_fn(step, device=device, warmup=2, repeats=steps).median
+    batch = (x.to(device), y.to(device))
+    step = make_train_step(ddp, opt, lm_loss)
+    t = bench.time_fn(lambda: step([batch]), device=device, warmup=2, repeats=steps).median
     tokens = env.world_size * per_rank_batch * 64
     rank_print(f"step {bench.format_seconds(t)}: {tokens / t:,.0f} tokens/s over {env.world_size} process(es)")
     report("scaling", {"world_size": env.world_size, "step_s": t, "tokens_per_s": tokens / t,
@@ -185,7 +247,7 @@ def fail(env, device):
     dist.barrier()  # the other ranks wait here until the timeout or until torchrun stops them
 
 
-COMMANDS = {f.__name__: f for f in (hello, equivalence, sampler, allreduce, scaling, fail)}
+COMMANDS = {f.__name__: f for f in (hello, equivalence, accumulation, sampler, allreduce, scaling, fail)}
 
 if __name__ == "__main__":
     run_command(COMMANDS, "gpuformer_lib.workers.data_parallel")

@@ -8,7 +8,8 @@ Subcommands: gpipe (layers split over the ranks, micro-batches by hand: the bubb
 schedules against one process), tensor (Megatron's column and row splits by hand, and with
 parallelize_module), fsdp (FSDP2 fully_shard against one process, and memory per rank against the
 chapter 9 calculator), mesh (tensor parallel and FSDP2 on a 2 x 2 device mesh, 4 processes). Gloo on
-CPU processes, NCCL on GPUs (GPUFORMER_BACKEND).
+CPU processes, NCCL on GPUs (GPUFORMER_BACKEND). The commands that train with an optimizer (fsdp, mesh)
+step through ``speed.make_train_step``; the pipelines and tensor splits are written out by hand.
 """
 
 import copy
@@ -26,7 +27,8 @@ from gpuformer_lib.distributed import TensorParallelMLP, gpipe_bubble, rank_prin
 from gpuformer_lib.memory import training_memory
 from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters
 from gpuformer_lib.profiles import current_profile, size_preset
-from gpuformer_lib.workers import run_command
+from gpuformer_lib.speed import make_train_step
+from gpuformer_lib.workers import lm_loss, run_command
 
 
 class Block(nn.Module):
@@ -53,6 +55,13 @@ def stage_of(model, env):
 def batch(width, rows, device):
     g = torch.Generator().manual_seed(1)
     return torch.randn(rows, width, generator=g).to(device), torch.randn(rows, width, generator=g).to(device)
+
+
+def mse_loss(model, batch):
+    """Mean squared error of ``model`` on ``batch = (x, y)`` and its rows: a ``loss_fn`` for
+    ``speed.make_train_step``."""
+    x, y = batch
+    return F.mse_loss(model(x), y), x.shape[0]
 
 
 def gpipe(env, device, width=None, n_blocks=8, rows=None, repeats=3):
@@ -167,10 +176,6 @@ def fsdp(env, device, steps=4, global_batch=8):
     n, r = env.world_size, env.rank
     batches = [data.repeating_patterns(s, 64, batch_size=global_batch, seq_len=16) for s in range(steps)]
     mine = slice(r * global_batch // n, (r + 1) * global_batch // n)
-
-    def lm_loss(model, x, y):
-        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-
     torch.manual_seed(0)
     reference = DecoderLM(config).to(device)
     torch.manual_seed(0)
@@ -179,26 +184,21 @@ def fsdp(env, device, steps=4, global_batch=8):
     for block in sharded.blocks.layers:
         fully_shard(block)  # each layer: its own unit, gathered just before it runs
     fully_shard(sharded)  # the rest (embedding, final norm, tied output layer)
-    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
-    opt = torch.optim.SGD(sharded.parameters(), lr=0.1, momentum=0.9)
+    ref_step = make_train_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), lm_loss)
+    # the same step as one process: in backward, gradients are reduce-scattered (each rank keeps its shard, averaged)
+    step = make_train_step(sharded, torch.optim.SGD(sharded.parameters(), lr=0.1, momentum=0.9), lm_loss)
     loss_gap = 0.0
     for x, y in batches:
         x, y = x.to(device), y.to(device)
-        ref_loss = lm_loss(reference, x, y)
-        ref_loss.backward()
-        opt_ref.step()
-        opt_ref.zero_grad(set_to_none=True)
-        loss = lm_loss(sharded, x[mine], y[mine])
-        loss.backward()  # gradients are reduce-scattered: each rank keeps its shard, averaged
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        global_loss = loss.detach().clone()
+        ref_loss = ref_step([(x, y)]).loss
+        global_loss = step([(x[mine], y[mine])]).loss.clone()
         dist.all_reduce(global_loss)
         loss_gap = max(loss_gap, abs(global_loss.item() / n - ref_loss.item()))
     weight_gap = max((p.full_tensor() - q).abs().max().item() for p, q in zip(sharded.parameters(), reference.parameters()))
-    # memory per rank with AdamW: what this rank holds of weights, gradients and optimizer state
+    # memory per rank with AdamW: what this rank holds of weights, gradients and optimizer state (written
+    # out, not through make_train_step, because the step must keep its gradients to be counted)
     adam = torch.optim.AdamW(sharded.parameters(), lr=1e-3)
-    lm_loss(sharded, batches[0][0][mine].to(device), batches[0][1][mine].to(device)).backward()
+    lm_loss(sharded, (batches[0][0][mine].to(device), batches[0][1][mine].to(device)))[0].backward()
     adam.step()
     held = {"weights": sum(p.to_local().numel() * p.to_local().element_size() for p in sharded.parameters()),
             "gradients": sum(p.grad.to_local().numel() * p.grad.to_local().element_size() for p in sharded.parameters()),
@@ -238,15 +238,11 @@ def mesh(env, device, width=64, rows=16, steps=3):
     x, y = batch(width, rows, device)
     dp_rank = mesh2d["dp"].get_local_rank()
     mine = slice(dp_rank * rows // 2, (dp_rank + 1) * rows // 2)  # both ranks of a tp pair see the same data
-    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_step = make_train_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1), mse_loss)
+    step = make_train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), mse_loss)
     for _ in range(steps):
-        F.mse_loss(reference(x), y).backward()
-        opt_ref.step()
-        opt_ref.zero_grad(set_to_none=True)
-        F.mse_loss(model(x[mine]), y[mine]).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        ref_step([(x, y)])
+        step([(x[mine], y[mine])])
     gap = max((p.full_tensor() - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
     local = model[0].weight.to_local().shape
     rank_print(f"mesh coordinate (dp {dp_rank}, tp {mesh2d['tp'].get_local_rank()}): holds W1 {tuple(local)} of "
