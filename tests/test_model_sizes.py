@@ -60,3 +60,31 @@ def test_each_gpu_run_fits_its_time_budget_by_the_flops_formula(profile_name):
         src_len = run.seq_len if name == "translation" else 0
         seconds = run.steps * transformer_flops(run.config, run.batch_size, run.seq_len, src_len=src_len) / rate
         assert seconds <= NOTEBOOK_BUDGET_S[profile_name] / 3, f"{name} on {profile_name}: {seconds:.0f} s"
+
+
+@pytest.mark.parametrize("profile_name", ["t4", "a100-40gb", "h100-80gb"])
+def test_each_gpu_run_fits_its_profile_with_a_fifth_to_spare(profile_name):
+    """By the memory calculator, counting the loss's vocabulary-sized temporaries and autocast's 16-bit weight
+    copies; an encoder-decoder is counted as a stack of its encoder and decoder layers at the longer length (a
+    decoder layer keeps more than an encoder layer: cross-attention; the margin covers it)."""
+    from gpuformer_lib.memory import training_memory
+
+    profile = PROFILES[profile_name]
+    preset = SizePreset(preset_name(profile), "test")
+    low = low_precision_dtype(profile)
+    for name, run in runs(preset).items():
+        c = run.config
+        with torch.device("meta"):
+            model = Transformer(c) if name == "translation" else DecoderLM(c)
+        estimate = training_memory(
+            count_parameters(model), n_layers=c.n_encoder_layers + c.n_decoder_layers, d_model=c.d_model,
+            n_heads=c.n_heads, d_ff=c.d_ff, seq_len=run.seq_len, batch_size=run.batch_size,
+            vocab_size=c.vocab_size, activation_bytes=2 if low else 4, autocast=low is not None,
+            fused_attention=c.fused_attention, dropout=c.dropout > 0, count_loss_temporaries=True)
+        if name == "translation":  # cross-attention keeps K and V of the source once more per decoder layer
+            estimate_bytes = estimate.total + c.n_decoder_layers * 4 * run.seq_len * run.batch_size * c.d_model
+        else:
+            estimate_bytes = estimate.total
+        assert estimate.loss_temporaries > 0
+        assert estimate_bytes <= 0.8 * profile.memory_gib * 2**30, \
+            f"{name} at the '{preset.name}' preset needs {estimate_bytes / 2**30:.1f} GiB of {profile.memory_gib} GiB"
