@@ -26,7 +26,7 @@ import os
 
 import torch
 
-from gpuformer_lib.device import SizePreset, pick_device
+from gpuformer_lib.device import PRESET_ENV, SizePreset, _cpu_has_native_bf16, pick_device
 
 REHEARSE_ENV = "GPUFORMER_REHEARSE"
 
@@ -149,12 +149,6 @@ def _nvml_present() -> bool:
     return True
 
 
-def _cpu_has_native_bf16() -> bool:
-    from gpuformer_lib.device import _cpu_has_native_bf16 as native
-
-    return native()
-
-
 def describe_device(device: str | torch.device | None = None) -> DeviceProfile:
     """The profile of the device this process really runs on (no rehearsal)."""
     device = pick_device(device)
@@ -231,8 +225,6 @@ def preset_name(profile: DeviceProfile) -> str:
 def size_preset(profile: DeviceProfile, name: str | None = None) -> SizePreset:
     """The :class:`~gpuformer_lib.device.SizePreset` for a profile; under rehearsal it is named for the
     profile but picks the CPU (toy) sizes. ``name`` or ``$GPUFORMER_PRESET`` override the choice."""
-    from gpuformer_lib.device import PRESET_ENV
-
     if name is None and os.environ.get(PRESET_ENV):
         name, reason = os.environ[PRESET_ENV], f"set by ${PRESET_ENV}"
     elif name is not None:
