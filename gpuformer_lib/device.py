@@ -15,6 +15,7 @@ without editing a notebook: ``GPUFORMER_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import platform
 import random
@@ -202,6 +203,7 @@ class HardwareSummary:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_has_native_bf16() -> bool:
     try:
         with open("/proc/cpuinfo") as f:

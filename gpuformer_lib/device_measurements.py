@@ -27,7 +27,7 @@ import torch
 
 from gpuformer_lib import bench
 from gpuformer_lib.device import _cpu_has_native_bf16
-from gpuformer_lib.profiles import PROFILES, DeviceProfile, rehearsal_name, training_precision
+from gpuformer_lib.profiles import DeviceProfile, rehearsing_gpu, training_precision
 
 EMULATED_MAX_SIZE = 256
 """Largest n of an n x n x n product timed in an emulated format (it runs at a few GFLOP/s)."""
@@ -86,11 +86,6 @@ def matmul_formats(profile: DeviceProfile, device: torch.device | str) -> list[M
     return [MatmulFormat(label, dtype, tf32, is_emulated(dtype, device)) for label, dtype, tf32 in chosen]
 
 
-def _rehearsing_a_gpu() -> bool:
-    name = rehearsal_name()
-    return name is not None and PROFILES[name].on_gpu
-
-
 def host_to_device_bandwidth(nbytes: int, device: torch.device | str, *, pinned: bool, repeats: int = 10) -> float:
     """Bytes per second copied from host memory to the GPU ``device``, from pinned or pageable memory
     (``bench.measure_transfer_bandwidth``). Rehearsing a GPU profile on the CPU, the stand-in copies
@@ -101,7 +96,7 @@ def host_to_device_bandwidth(nbytes: int, device: torch.device | str, *, pinned:
     device = torch.device(device)
     if device.type == "cuda":
         return bench.measure_transfer_bandwidth(nbytes, device, pinned=pinned, repeats=repeats)
-    if not (device.type == "cpu" and _rehearsing_a_gpu()):
+    if not (device.type == "cpu" and rehearsing_gpu()):
         raise ValueError(f"host-to-device copies need a CUDA device, not {device} (or a rehearsed GPU profile, "
                          "GPUFORMER_REHEARSE=t4). Guard the call with `if profile.on_gpu:`.")
     host = torch.empty(nbytes, dtype=torch.uint8).random_()

@@ -46,7 +46,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from gpuformer_lib import gpu
-from gpuformer_lib.profiles import current_profile
+from gpuformer_lib.profiles import rehearsing_gpu
 
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -400,7 +400,7 @@ def wait_for_device(device: torch.device) -> None:
 
 def _asynchronous(device: torch.device) -> bool:
     """Whether work on ``device`` runs asynchronously: on a GPU, or rehearsing one (gpu's stand-ins)."""
-    return device.type == "cuda" or current_profile(device).on_gpu
+    return device.type == "cuda" or rehearsing_gpu()
 
 
 def run_gpipe(stage: nn.Module, batch: Tensor | None, targets: Tensor | None, loss_fn: Callable[[Tensor, Tensor], Tensor],

@@ -273,8 +273,7 @@ def free_cached_memory() -> None:
     import gc
 
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    gpu.empty_cache()
 
 
 def fit_micro_batch(try_step: Callable[[int], object], batch_size: int, *, min_micro_batch: int = 1,

@@ -99,7 +99,7 @@ class DeviceProfile:
             fast = ", ".join(k for k, v in (("bf16", self.bf16), ("fp16", self.fp16_tensor_cores),
                                             ("tf32", self.tf32)) if v)
             text = (f"{self.gpu_count} x {self.gpu_name} ({self.memory_gib:.1f} GiB, sm_{cc.replace('.', '')}, "
-                    f"tensor cores: {fast or 'none'}; fp16 attention kernels: "
+                    f"{self.tensor_core_generation or 'no'} tensor cores: {fast or 'none'}; fp16 attention kernels: "
                     f"{', '.join(self.sdpa_kernels.get('float16', ())) or 'math only'})")
         if self.rehearsal:
             text += f"\nREHEARSAL of the '{self.name}' profile: computed on the CPU at toy sizes; numbers are not a GPU's"
@@ -139,6 +139,12 @@ def rehearsal_name() -> str | None:
         raise ValueError(f"${REHEARSE_ENV}={name!r} is not a profile; choose one of {', '.join(PROFILES)} "
                          f"(or unset it to use this machine)")
     return name
+
+
+def rehearsing_gpu() -> bool:
+    """Whether a GPU profile is being rehearsed (cheap: reads the environment only)."""
+    name = rehearsal_name()
+    return name is not None and PROFILES[name].on_gpu
 
 
 def _nvml_present() -> bool:

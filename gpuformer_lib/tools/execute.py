@@ -35,6 +35,7 @@ import json
 import subprocess
 
 from gpuformer_lib.device import DEVICE_ENV, DeviceNotAvailableError, pick_device
+from gpuformer_lib.profiles import REHEARSE_ENV
 from gpuformer_lib.tools.notebooks import METADATA_KEY, code_hash, notebook_paths
 
 
@@ -58,7 +59,8 @@ def _describe_in_subprocess() -> tuple[dict, str]:
     return hardware, preset
 
 
-def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python3") -> float:
+def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python3",
+                     described: tuple[dict, str] | None = None) -> float:
     """Run ``path`` in place; return the seconds it took. Raises CellExecutionError on a failing cell."""
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=False,
@@ -66,7 +68,7 @@ def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
-    hardware, preset = _describe_in_subprocess()
+    hardware, preset = described or _describe_in_subprocess()
     nb.metadata[METADATA_KEY] = {
         "executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "seconds": round(seconds, 1),
@@ -95,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=os.environ.get(DEVICE_ENV) or None,
                         help="device the notebooks must run on (cpu, cuda, cuda:N, mps); default: the best present")
     args = parser.parse_args(argv)
-    if os.environ.get("GPUFORMER_REHEARSE"):
-        parser.error("GPUFORMER_REHEARSE is set: a rehearsal computes on the CPU at toy sizes and must not become "
+    if os.environ.get(REHEARSE_ENV):
+        parser.error(f"{REHEARSE_ENV} is set: a rehearsal computes on the CPU at toy sizes and must not become "
                      "the book's stored outputs. Unset it to run `make outputs`.")
     if args.device:
         try:
@@ -108,12 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     missing = [p for p in paths if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {missing[0]}")
-    hardware, preset = _describe_in_subprocess()
+    described = hardware, preset = _describe_in_subprocess()  # once: every notebook runs on the same machine
     print(f"running on {hardware['gpu_name'] or hardware['device']} with the '{preset}' preset", flush=True)
     failed = []
     for path in tqdm(paths, desc="notebooks", unit="nb"):
         try:
-            seconds = execute_notebook(path, args.timeout, args.kernel)
+            seconds = execute_notebook(path, args.timeout, args.kernel, described)
         except CellExecutionError as err:
             failed.append(path)
             tqdm.write(f"FAILED {path} (left unchanged):\n{err}")
