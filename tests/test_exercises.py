@@ -1,5 +1,7 @@
 """Each exercise check passes a right answer and gives the specific hint for a typical wrong one."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -484,3 +486,106 @@ def _shards(w1, w2, rank, world):
 ])
 def test_distributed_checks(capsys, check, answer, hint):
     run(capsys, check, answer, hint)
+
+
+# ---- every check survives any answer: a hint, never a traceback (enumerated, so a new check is covered)
+
+CHECKS = [name for name in ex.__all__ if name.startswith("check_")]
+
+
+def _raises_value_error(*args):
+    raise ValueError("a bug in the learner's function")
+
+
+WRONG_ANSWERS = {
+    "None instead of a function": None,
+    "a number instead of a function": 3,
+    "a tensor instead of a function": torch.zeros(2, 3),
+    "returns None": lambda *args: None,
+    "returns a string": lambda *args: "42",
+    "raises ValueError": _raises_value_error,
+    "returns a complex tensor of a wrong shape": lambda *args: torch.zeros(2, 3, dtype=torch.complex64),
+    "returns a bool tensor": lambda *args: torch.ones(3, 1, dtype=torch.bool),
+    "returns an int tensor": lambda *args: torch.arange(5),
+    "returns a list": lambda *args: [1.0, "a", None],
+    "returns a tuple of the wrong things": lambda *args: (torch.zeros(2), "x", None),
+    "takes no arguments": lambda: 1.0,
+}
+
+
+def test_the_survival_test_covers_every_check():
+    assert len(CHECKS) >= 41
+    for name in CHECKS:  # each public check is wrapped by _safe_check, so no exception escapes it
+        assert hasattr(getattr(ex, name), "__wrapped__"), f"{name} is not decorated with @_safe_check"
+
+
+@pytest.mark.parametrize("label", list(WRONG_ANSWERS))
+@pytest.mark.parametrize("name", CHECKS)
+def test_every_check_turns_a_wrong_answer_into_a_hint(capsys, name, label):
+    result = getattr(ex, name)(WRONG_ANSWERS[label])
+    assert isinstance(result, ex.CheckResult) and not result, result
+    out = hint_of(capsys, result)
+    assert out.startswith("❌ Not yet.") and "Traceback" not in out
+
+
+@pytest.mark.parametrize("check", [ex.check_attention, ex.check_speedup, ex.check_bucket_batches])
+def test_common_wrong_answers_get_specific_hints(capsys, check):
+    assert "did you forget `return`" in hint_of(capsys, check(lambda *args: None))
+    assert f"{check.__name__}(my_function)" in hint_of(capsys, check(None))
+    assert "ValueError: a bug in the learner's function" in hint_of(capsys, check(_raises_value_error))
+
+
+@pytest.mark.parametrize("check, answer, hint", [
+    (ex.check_speedup, lambda b, a: torch.tensor([b / a, 1.0]), "one number, not a float32 tensor of shape (2,)"),
+    (ex.check_mha_parameters, lambda C, bias: torch.zeros(3, dtype=torch.int64), "one number, not an int64 tensor"),
+    (ex.check_scaling, lambda t1, tn, n: t1 / tn, "a pair (speedup, efficiency), not the number"),
+    (ex.check_lm_batch, lambda ids, b, n, g: ids[:b], "two tensors (x, y), not an int64 tensor of shape (16,)"),
+    (ex.check_rank_indices, lambda n, w, r: torch.zeros(2), "indices (ints), not a float32 tensor"),
+    (ex.check_update_survives, lambda w, u, d: "yes", "True or False, not the string 'yes'"),
+    (ex.check_bound, ["memory"], "Pass a dict"),
+    (ex.check_kernel_roofline, None, "Pass a dict"),
+])
+def test_wrong_kinds_of_answers_say_what_came_back(capsys, check, answer, hint):
+    run(capsys, check, answer, hint)
+
+
+def test_a_check_that_fails_on_an_unforeseen_answer_reports_it(capsys):
+    from gpuformer_lib.exercises._core import _safe_check, _try
+
+    @_safe_check
+    def check_something(fn):
+        """``fn(x)`` returns x doubled."""
+        got, err = _try(fn, 2)
+        return got.shape  # an oversight: the check assumes a tensor
+
+    result = check_something(lambda x: 2 * x)
+    out = hint_of(capsys, result)
+    assert not result and "the number 4" in out and "AttributeError" in out and "fn(x) returns x doubled" in out
+
+
+def test_keyboard_interrupt_still_interrupts_a_check():
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ex.check_attention(interrupted)
+
+
+def test_a_wrong_time_limit_setting_is_a_hint_not_a_crash(capsys, monkeypatch):
+    monkeypatch.setenv("GPUFORMER_CHECK_TIME_LIMIT", "ten")
+    result = ex.check_speedup(lambda b, a: b / a)
+    assert not result and "GPUFORMER_CHECK_TIME_LIMIT='ten' is not a number of seconds" in hint_of(capsys, result)
+    monkeypatch.setenv("GPUFORMER_CHECK_TIME_LIMIT", "0")  # 0: no limit
+    assert ex.check_speedup(lambda b, a: b / a)
+
+
+def test_kernel_checks_ask_for_a_triton_kernel_or_say_triton_is_missing(capsys, monkeypatch):
+    from gpuformer_lib import kernels
+
+    if kernels.kernel_support().triton_mode != "unavailable":
+        run(capsys, ex.check_masked_add, lambda x, y, out, n, BLOCK: None, "decorated with @triton.jit")
+        capsys.readouterr()
+    missing = dataclasses.replace(kernels.kernel_support(), triton_mode="unavailable",
+                                  triton_reason="Triton is not installed (test)")
+    monkeypatch.setattr(kernels, "kernel_support", lambda: missing)
+    run(capsys, ex.check_gelu_kernel, kernels.add_kernel, "Triton cannot run here: Triton is not installed (test)")

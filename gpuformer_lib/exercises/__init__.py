@@ -5,6 +5,12 @@ prints either a pass or one specific hint about what is wrong, then returns a :c
 that is truthy on a pass (so ``assert check_...(answer)`` works in solutions and tests). Checks
 print rather than raise, so "Run all" in a notebook keeps going past an unfinished exercise.
 
+Whatever the answer, a check neither crashes nor hangs nor is fooled: an exception, ``None`` or a
+value of the wrong kind becomes a hint; each call into your code has 10 s (set the environment
+variable ``GPUFORMER_CHECK_TIME_LIMIT`` to more seconds on a slow machine, 0 for no limit; the limit
+needs SIGALRM, so it does not apply on Windows); and your code gets copies of the inputs, so an answer
+that changes an input in place is reported rather than compared with its own changed input.
+
 Checks are grouped by topic, not by chapter; each docstring says what the exercise asks.
 """
 

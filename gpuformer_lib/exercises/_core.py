@@ -1,9 +1,34 @@
-"""What every exercise check shares: the result type, printing, and calling the learner's code safely."""
+"""What every exercise check shares: the result type, printing, and calling the learner's code safely.
+
+A check must never be fooled, hang or crash, whatever the learner passes, so every call into learner
+code goes through :func:`_try`, and every public ``check_*`` is wrapped by :func:`_safe_check`:
+
+* ``_try`` gives the learner's function *copies* of the arguments (tensors cloned, lists and dicts
+  copied, modules deep-copied) and reports an argument the function changed in place, so the check's
+  expected value, computed from the untouched originals, cannot be changed by the answer;
+* it runs the function under a time limit (``_isolation.TIME_LIMIT_S``, 10 s, or the environment variable
+  ``GPUFORMER_CHECK_TIME_LIMIT`` in seconds, 0 for none) and reports an endless loop as a hint. The limit
+  uses ``SIGALRM``, so it applies on Linux and macOS in the main thread (where a Jupyter kernel runs
+  cells); on Windows, or in another thread, the function runs without a limit. A Python loop is
+  interrupted at once; one long C call (a huge matmul, a GPU kernel) only when it returns;
+* it turns an exception, ``None`` or a value of the wrong kind into one specific hint;
+* ``_safe_check`` turns anything that still goes wrong while the check examines the answer into a
+  not-yet result that names what the answer was. ``KeyboardInterrupt`` still interrupts.
+"""
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import math
+import numbers
 from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from gpuformer_lib.exercises._isolation import (TIME_LIMIT_ENV, _call_with_time_limit, _changed, _copy,
+                                                _in_place_hint, _time_limit_s, _TimeLimitExceeded)
 
 
 class CheckResult:
@@ -29,17 +54,153 @@ def _report(ok: bool, message: str) -> CheckResult:
     return CheckResult(ok, text)
 
 
-def _try(fn: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+class _CheckState:
+    """What the running check knows: its name, and the last value the learner's code returned."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.answered = False
+        self.answer: Any = None
+
+
+_STATE: contextvars.ContextVar[_CheckState | None] = contextvars.ContextVar("gpuformer_check", default=None)
+
+
+def _state() -> _CheckState:
+    return _STATE.get() or _CheckState("the check")
+
+
+def _safe_check(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+    """Wrap a public ``check_*``: whatever the answer, it returns a :class:`CheckResult` instead of raising."""
+
+    @functools.wraps(check)
+    def guarded(*args: Any, **kwargs: Any) -> CheckResult:
+        state = _CheckState(check.__name__)
+        token = _STATE.set(state)
+        try:
+            return check(*args, **kwargs)
+        except Exception as err:  # an answer of a kind the check did not foresee: a hint, not a traceback
+            return _report(False, _unexpected_hint(check, state, args, err))
+        finally:
+            _STATE.reset(token)
+
+    return guarded
+
+
+def _unexpected_hint(check: Callable[..., Any], state: _CheckState, args: tuple, err: Exception) -> str:
+    if state.answered:
+        what = f"what your function returned, {_describe(state.answer)}"
+    else:
+        what = f"your answer, {_describe(args[0])}" if args else "your answer"
+    task = " ".join((check.__doc__ or "").split("\n\n")[0].replace("``", "").split())
+    return f"The check could not use {what} ({type(err).__name__}: {_short(str(err))}). The exercise: {task}"
+
+
+# --------------------------------------------------------------------------- calling the learner's code
+
+
+_TIMED_OUT = "did not return within"
+
+
+def _timed_out(hint: str | None) -> bool:
+    """Whether a hint from :func:`_try` says the learner's code ran out of time."""
+    return bool(hint) and _TIMED_OUT in hint
+
+
+def _try(fn: Callable[..., Any], *args: Any, expect: Callable[[Any], tuple[Any, str | None]] | None = None,
+         none_ok: bool = False, time_scale: float = 1.0) -> tuple[Any, str | None]:
+    """Call the learner's ``fn`` on copies of ``args``, under the time limit (see the module docstring)
+    times ``time_scale`` (more for a call that may legitimately be slow, such as compiling a kernel).
+
+    Returns ``(value, None)``, or ``(None, hint)`` if ``fn`` is not a function, raised, did not return in
+    time, changed an argument in place, returned None (unless ``none_ok``) or returned a value that
+    ``expect`` (a converter from ``_answers`` such as ``_number``, which may also convert it) rejects.
+    """
+    if not callable(fn):
+        name = _state().name
+        return None, (f"Pass your function itself, e.g. {name}(my_function), not what calling it returns; "
+                      f"{name} got {_describe(fn)}.")
     try:
-        return fn(*args), None
-    except NotImplementedError:
-        return None, "The function still raises NotImplementedError: replace that line with your code."
+        seconds = _time_limit_s() * time_scale
+    except ValueError as err:
+        return None, str(err)
+    copies = tuple(_copy(arg) for arg in args)
+    try:
+        value = _call_with_time_limit(fn, copies, seconds)
+    except _TimeLimitExceeded:
+        return None, (f"Your function {_TIMED_OUT} {seconds:g} s: an endless loop? (On a slow machine, set the "
+                      f"environment variable {TIME_LIMIT_ENV} to more seconds.)")
+    except NotImplementedError as err:
+        if not str(err):  # the exercise's placeholder, not an operation torch lacks
+            return None, "The function still raises NotImplementedError: replace that line with your code."
+        return None, _raised_hint(err, args)
+    except SystemExit:
+        return None, "Your function called exit(): return the answer instead."
     except Exception as err:  # the learner's code may raise anything; show it, don't crash
-        return None, f"Your function raised {type(err).__name__}: {err} (for arguments {args})."
+        return None, _raised_hint(err, args)
+    state = _state()
+    state.answered, state.answer = True, value
+    for index, (original, given) in enumerate(zip(args, copies)):
+        if _changed(original, given):
+            return None, _in_place_hint(fn, index, original)
+    if value is None and not none_ok:
+        return None, "Your function returns None: did you forget `return`?"
+    return expect(value) if expect else (value, None)
+
+
+def _raised_hint(err: BaseException, args: tuple) -> str:
+    where = f" (for arguments {', '.join(map(_brief, args))})" if args else ""
+    return f"Your function raised {type(err).__name__}: {err}{where}."
+
+
+# --------------------------------------------------------------------------- describing values in hints
+
+
+def _describe(value: Any) -> str:
+    """A short description of any value for a hint: its kind, and its shape or value."""
+    if value is None:
+        return "None"
+    if isinstance(value, Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return f"{'an' if dtype.startswith('i') else 'a'} {dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, str):
+        return f"the string {_short(repr(value))}"
+    if isinstance(value, bool):
+        return f"the bool {value}"
+    if isinstance(value, numbers.Number):
+        return f"the number {_short(repr(value))}"
+    if isinstance(value, (list, tuple, dict)):
+        kinds = ", ".join(sorted({type(item).__name__ for item in value})) or "empty"
+        return f"a {type(value).__name__} of {len(value)} ({kinds})"
+    if isinstance(value, nn.Module):
+        return f"a {type(value).__name__} module"
+    if isinstance(value, torch.Generator):
+        return "a torch.Generator"
+    if callable(value) and hasattr(value, "__name__"):
+        return f"the function {value.__name__}"
+    return f"a {type(value).__name__} ({_short(_repr(value))})"
+
+
+def _brief(value: Any) -> str:
+    """An argument, as a hint shows it: small values in full, tensors and functions described."""
+    if isinstance(value, (Tensor, nn.Module, torch.Generator)) or callable(value):
+        return _describe(value)
+    return _short(_repr(value), 60)
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a learner's object with a broken __repr__
+        return f"<{type(value).__name__}>"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _close(a: Any, b: float, rel: float = 1e-6) -> bool:
     try:
         return math.isclose(float(a), b, rel_tol=rel)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):  # not a number: a tensor of many elements, a string, ...
         return False

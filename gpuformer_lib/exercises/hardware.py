@@ -6,17 +6,19 @@ from typing import Callable
 
 import torch
 
-from gpuformer_lib.exercises._core import CheckResult, _close, _report, _try
+from gpuformer_lib.exercises._answers import _number
+from gpuformer_lib.exercises._core import CheckResult, _close, _describe, _report, _safe_check, _try
 
 # --------------------------------------------------------------------------- hardware and memory
 
 
+@_safe_check
 def check_weights_memory(fn: Callable[[int, torch.dtype], float]) -> CheckResult:
     """``fn(n_params, dtype)`` returns the GiB (2**30 bytes) the weights of a model take."""
     cases = [(7_000_000_000, torch.bfloat16), (124_000_000, torch.float32), (1_300_000_000, torch.float16),
              (350_000_000, torch.float64)]
     for n, dtype in cases:
-        got, err = _try(fn, n, dtype)
+        got, err = _try(fn, n, dtype, expect=_number)
         if err:
             return _report(False, err)
         want = n * dtype.itemsize / 2**30
@@ -35,6 +37,7 @@ def check_weights_memory(fn: Callable[[int, torch.dtype], float]) -> CheckResult
     return _report(True, "Weights take parameters x dtype.itemsize bytes: a 7B model needs 13 GiB in bf16.")
 
 
+@_safe_check
 def check_supports_bf16(fn: Callable[[tuple[int, int]], bool]) -> CheckResult:
     """``fn((major, minor))`` says whether an NVIDIA GPU of that compute capability has fast bf16."""
     cases = {(6, 1): False, (7, 0): False, (7, 5): False, (8, 0): True, (8, 6): True, (8, 9): True,
@@ -59,6 +62,7 @@ def check_supports_bf16(fn: Callable[[tuple[int, int]], bool]) -> CheckResult:
     return _report(True, "bf16 needs compute capability 8.0 or newer (Ampere, Ada, Hopper, Blackwell).")
 
 
+@_safe_check
 def check_fits_training(fn: Callable[[int, float], bool]) -> CheckResult:
     """``fn(n_params, gpu_memory_gib)``: do fp32 weights, gradients and AdamW's two states fit?
 
@@ -98,10 +102,11 @@ def check_fits_training(fn: Callable[[int, float], bool]) -> CheckResult:
 # --------------------------------------------------------------------------- FLOPs, bytes and the roofline
 
 
+@_safe_check
 def check_matmul_flops(fn: Callable[[int, int, int], int]) -> CheckResult:
     """``fn(m, n, k)`` returns the FLOPs of an (m, k) @ (k, n) matrix product."""
     for m, n, k in [(3, 5, 7), (128, 64, 32), (1, 4096, 4096)]:
-        got, err = _try(fn, m, n, k)
+        got, err = _try(fn, m, n, k, expect=_number)
         if err:
             return _report(False, err)
         want = 2 * m * n * k
@@ -117,11 +122,12 @@ def check_matmul_flops(fn: Callable[[int, int, int], int]) -> CheckResult:
     return _report(True, "An (m, k) @ (k, n) product costs 2*m*n*k FLOPs.")
 
 
+@_safe_check
 def check_matmul_intensity(fn: Callable[[int, int, int, int], float]) -> CheckResult:
     """``fn(m, n, k, bytes_per_element)``: FLOP per byte of a matrix product that reads A and B once
     and writes C once."""
     for m, n, k, b in [(4096, 4096, 4096, 2), (16, 4096, 4096, 2), (1024, 512, 256, 4)]:
-        got, err = _try(fn, m, n, k, b)
+        got, err = _try(fn, m, n, k, b, expect=_number)
         if err:
             return _report(False, err)
         flops = 2 * m * n * k
@@ -141,13 +147,14 @@ def check_matmul_intensity(fn: Callable[[int, int, int, int], float]) -> CheckRe
     return _report(True, "Large square products do ~n/3 FLOPs per element moved; a 16-row product only ~16.")
 
 
+@_safe_check
 def check_attainable_flops(fn: Callable[[float, float, float], float]) -> CheckResult:
     """``fn(intensity, peak_flops, bandwidth)``: the roofline's attainable FLOP/s."""
     peak, bw = 1e15, 3e12
     intensities = (0.25, 10.0, 333.3, 5000.0)
     got = []
     for intensity in intensities:
-        value, err = _try(fn, intensity, peak, bw)
+        value, err = _try(fn, intensity, peak, bw, expect=_number)
         if err:
             return _report(False, err)
         got.append(value)
@@ -160,7 +167,8 @@ def check_attainable_flops(fn: Callable[[float, float, float], float]) -> CheckR
     diagnoses = [
         (lambda i: peak, "At low intensity memory limits you to intensity x bandwidth, below the peak."),
         (lambda i: i * bw, "At high intensity the compute peak caps you: take the minimum of the two roofs."),
-        (lambda i: max(peak, i * bw), "Use min, not max: you can exceed neither the compute peak nor what memory can feed."),
+        (lambda i: max(peak, i * bw), "Use min, not max: you can exceed neither the compute peak nor what memory "
+                                      "can feed."),
         (lambda i: min(peak, i / bw), "FLOP/byte times byte/s gives FLOP/s: multiply intensity by bandwidth."),
     ]
     for rule, hint in diagnoses:
@@ -181,9 +189,13 @@ BOUND_OPERATIONS: dict[str, float] = {
 }
 
 
+@_safe_check
 def check_bound(answers: dict[str, str], peak_flops: float = 989.4e12, bandwidth: float = 3.35e12) -> CheckResult:
     """``answers`` maps each name in :data:`BOUND_OPERATIONS` to ``"memory"`` or ``"compute"``: which
     roof limits it on a GPU with these ceilings (default: an H100 SXM's datasheet bf16 and HBM3)."""
+    if not isinstance(answers, dict):
+        return _report(False, "Pass a dict that maps each name in BOUND_OPERATIONS to 'memory' or 'compute', "
+                              f"not {_describe(answers)}.")
     ridge = peak_flops / bandwidth
     missing = [op for op in BOUND_OPERATIONS if op not in answers]
     if missing:
@@ -200,10 +212,11 @@ def check_bound(answers: dict[str, str], peak_flops: float = 989.4e12, bandwidth
                          "product (a decoding step) is memory-bound like the element-wise operations.")
 
 
+@_safe_check
 def check_speedup(fn: Callable[[float, float], float]) -> CheckResult:
     """``fn(time_before, time_after)`` returns the speedup."""
     for before, after in [(10.0, 2.7), (3.0, 1.5), (1.0, 4.0)]:
-        got, err = _try(fn, before, after)
+        got, err = _try(fn, before, after, expect=_number)
         if err:
             return _report(False, err)
         want = before / after

@@ -7,9 +7,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from gpuformer_lib.exercises._core import CheckResult, _report, _try
+from gpuformer_lib.exercises._answers import _number, _truth
+from gpuformer_lib.exercises._core import CheckResult, _report, _safe_check, _try
 
 
+@_safe_check
 def check_update_survives(fn: Callable[[float, float, torch.dtype], bool]) -> CheckResult:
     """``fn(weight, update, dtype)``: does ``weight + update``, stored in ``dtype``, differ from ``weight``?
     Predict it from the format's precision; the check measures it."""
@@ -17,7 +19,7 @@ def check_update_survives(fn: Callable[[float, float, torch.dtype], bool]) -> Ch
              (1.0, 1e-2, torch.bfloat16), (1000.0, 0.3, torch.float16), (1000.0, 1.0, torch.float16),
              (1.0, 1e-4, torch.float32)]
     for w, u, dtype in cases:
-        got, err = _try(fn, w, u, dtype)
+        got, err = _try(fn, w, u, dtype, expect=_truth)
         if err:
             return _report(False, err)
         measured = bool((torch.tensor(w, dtype=dtype) + torch.tensor(u, dtype=dtype)) != torch.tensor(w, dtype=dtype))
@@ -30,6 +32,7 @@ def check_update_survives(fn: Callable[[float, float, torch.dtype], bool]) -> Ch
                          "1e-4 on a weight of 1, which is why weights are kept in float32.")
 
 
+@_safe_check
 def check_loss_scale(fn: Callable[[float, Sequence[bool], int], float]) -> CheckResult:
     """``fn(init_scale, overflow_per_step, growth_interval)``: the loss scale after these steps, with
     GradScaler's rules: an overflow halves the scale (the step is skipped); ``growth_interval``
@@ -49,7 +52,7 @@ def check_loss_scale(fn: Callable[[float, Sequence[bool], int], float]) -> Check
     cases = [(65536.0, [False] * 5, 5), (65536.0, [True, True, False], 5), (1024.0, [False, True] + [False] * 6, 3),
              (8.0, [True] * 3, 2)]
     for init, overflows, interval in cases:
-        got, err = _try(fn, init, overflows, interval)
+        got, err = _try(fn, init, overflows, interval, expect=_number)
         if err:
             return _report(False, err)
         want = rule(init, overflows, interval)
@@ -69,6 +72,7 @@ def check_loss_scale(fn: Callable[[float, Sequence[bool], int], float]) -> Check
     return _report(True, "Halve on overflow, double after a run of clean steps: the scale hovers just below overflow.")
 
 
+@_safe_check
 def check_mixed_precision_state(fn: Callable[[int, str], int]) -> CheckResult:
     """``fn(n_params, mode)``: bytes of weights, gradients, optimizer state and master weights with AdamW, for
     ``mode`` in 'fp32' (everything float32), 'autocast' (float32 weights, 16-bit compute) and 'fp16+master'
@@ -76,7 +80,7 @@ def check_mixed_precision_state(fn: Callable[[int, str], int]) -> CheckResult:
     n = 1_000_000
     want = {"fp32": 16 * n, "autocast": 16 * n, "fp16+master": (2 + 2 + 4 + 8) * n}
     for mode, expected in want.items():
-        got, err = _try(fn, n, mode)
+        got, err = _try(fn, n, mode, expect=_number)
         if err:
             return _report(False, err)
         if got != expected:

@@ -6,9 +6,11 @@ from typing import Callable
 
 import torch
 
-from gpuformer_lib.exercises._core import CheckResult, _close, _report, _try
+from gpuformer_lib.exercises._answers import _number, _numbers
+from gpuformer_lib.exercises._core import CheckResult, _close, _report, _safe_check, _try
 
 
+@_safe_check
 def check_training_flops(fn: Callable[[object, int, int], float]) -> CheckResult:
     """Predict, then measure: ``fn(config, batch_size, seq_len)`` returns the matrix-product FLOPs of
     one training step (forward and backward) of a ``DecoderLM``. The check counts them with
@@ -20,7 +22,7 @@ def check_training_flops(fn: Callable[[object, int, int], float]) -> CheckResult
     for C, H, L, F, V, B, T in [(32, 4, 2, 64, 50, 2, 16), (48, 3, 1, 192, 97, 3, 40)]:
         config = TransformerConfig(vocab_size=V, d_model=C, n_heads=H, n_decoder_layers=L, d_ff=F, dropout=0.0,
                                    max_len=64, fused_attention=False)  # the counter does not see the CPU's fused kernel
-        got, err = _try(fn, config, B, T)
+        got, err = _try(fn, config, B, T, expect=_number)
         if err:
             return _report(False, err)
         torch.manual_seed(0)
@@ -28,10 +30,7 @@ def check_training_flops(fn: Callable[[object, int, int], float]) -> CheckResult
         with FlopCounterMode(display=False) as counter:
             model(torch.randint(0, V, (B, T))).sum().backward()
         measured = counter.get_total_flops()
-        try:
-            ratio = float(got) / measured
-        except (TypeError, ValueError):
-            return _report(False, f"return a number of FLOPs, not {got!r}")
+        ratio = got / measured
         if not 0.99 <= ratio <= 1.01:
             hint = ("You counted the forward pass only: the backward pass costs twice as much." if 0.3 < ratio < 0.36
                     else "Per token and layer: 8C^2 for Q, K, V and the output, 4C d_ff for the feed-forward, 4TC "
@@ -42,20 +41,18 @@ def check_training_flops(fn: Callable[[object, int, int], float]) -> CheckResult
                          "model.transformer_flops is this formula.")
 
 
+@_safe_check
 def check_mfu_hfu(fn: Callable[[float, float, float, bool], tuple[float, float]]) -> CheckResult:
     """``fn(model_flops, step_seconds, peak_flops, checkpointing)`` returns ``(mfu, hfu)``. The model's
     FLOPs are 3x its forward pass; with activation checkpointing the hardware also repeats the
     forward pass, so it does 4x."""
     for flops, seconds, peak, ckpt in [(3e15, 10.0, 1e15, False), (3e15, 10.0, 1e15, True), (6e14, 2.0, 9.89e14, True)]:
-        got, err = _try(fn, flops, seconds, peak, ckpt)
+        got, err = _try(fn, flops, seconds, peak, ckpt, expect=_numbers(2, "a pair (mfu, hfu)"))
         if err:
             return _report(False, err)
         mfu = flops / seconds / peak
         hfu = mfu * (4 / 3 if ckpt else 1)
-        try:
-            g_mfu, g_hfu = got
-        except (TypeError, ValueError):
-            return _report(False, f"return a pair (mfu, hfu), not {got!r}")
+        g_mfu, g_hfu = got
         if not _close(g_mfu, mfu, 1e-6):
             return _report(False, f"MFU for {flops:.3g} FLOPs in {seconds} s on a {peak:.3g} FLOP/s peak: expected "
                                   f"{mfu:.3f}, got {g_mfu}. MFU = model FLOPs per second / peak.")
@@ -66,19 +63,17 @@ def check_mfu_hfu(fn: Callable[[float, float, float, bool], tuple[float, float]]
                          "runs by MFU: recomputation makes HFU look better without training faster.")
 
 
+@_safe_check
 def check_training_plan(fn: Callable[[float, float, float, float], tuple[float, float]]) -> CheckResult:
     """``fn(n_tokens, hours, flops_per_token, peak_flops)`` returns ``(tokens_per_second, mfu)``: the
     throughput needed to see ``n_tokens`` in ``hours``, and the MFU that takes on that peak."""
     for tokens, hours, per_token, peak in [(1e10, 24.0, 6 * 124e6, 9.89e14), (3e11, 720.0, 6 * 1.3e9, 3.12e14 * 8)]:
-        got, err = _try(fn, tokens, hours, per_token, peak)
+        got, err = _try(fn, tokens, hours, per_token, peak, expect=_numbers(2, "a pair (tokens_per_second, mfu)"))
         if err:
             return _report(False, err)
         rate = tokens / (hours * 3600)
         mfu = rate * per_token / peak
-        try:
-            g_rate, g_mfu = got
-        except (TypeError, ValueError):
-            return _report(False, f"return a pair (tokens_per_second, mfu), not {got!r}")
+        g_rate, g_mfu = got
         if not _close(g_rate, rate, 1e-6):
             return _report(False, f"{tokens:.3g} tokens in {hours} h: expected {rate:,.0f} tokens/s, got {g_rate}. "
                                   "Hours are 3600 seconds.")

@@ -7,22 +7,26 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from gpuformer_lib.exercises._core import CheckResult, _close, _report, _try
+from gpuformer_lib.exercises._answers import _index_batches, _number, _tensors
+from gpuformer_lib.exercises._core import CheckResult, _close, _report, _safe_check, _try
 
 
-def check_masked_cross_entropy(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> CheckResult:
+@_safe_check
+def check_masked_cross_entropy(
+        fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> CheckResult:
     """``fn(logits (B, T, V), targets (B, T), padding_mask (B, T), True at padding)``: the mean
     cross-entropy over the real (non-padding) tokens."""
     g = torch.Generator().manual_seed(0)
     logits, targets = torch.randn(3, 7, 11, generator=g), torch.randint(0, 11, (3, 7), generator=g)
     padding = torch.arange(7)[None, :] >= torch.tensor([7, 2, 4])[:, None]
-    got, err = _try(fn, logits, targets, padding)
+    got, err = _try(fn, logits, targets, padding, expect=_number)
     if err:
         return _report(False, err)
     per_token = F.cross_entropy(logits.reshape(-1, 11), targets.reshape(-1), reduction="none").view(3, 7)
     want = per_token[~padding].mean()
     if _close(got, want.item(), rel=1e-5):
-        return _report(True, "Sum the losses of the real tokens and divide by their number: every real token counts once.")
+        return _report(True, "Sum the losses of the real tokens and divide by their number: every real token "
+                             "counts once.")
     if _close(got, per_token.mean().item(), rel=1e-5):
         return _report(False, "You averaged over every position, padding included: padding adds losses that "
                               "mean nothing. Keep only the positions where padding_mask is False.")
@@ -36,13 +40,14 @@ def check_masked_cross_entropy(fn: Callable[[torch.Tensor, torch.Tensor, torch.T
                           "F.cross_entropy(..., reduction='none').")
 
 
+@_safe_check
 def check_label_smoothing(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]) -> CheckResult:
     """``fn(logits (N, V), targets (N,), eps)``: cross-entropy with label smoothing ``eps``, as
     ``F.cross_entropy(..., label_smoothing=eps)`` defines it (eps spread over all V classes)."""
     g = torch.Generator().manual_seed(1)
     logits, targets = torch.randn(9, 6, generator=g), torch.randint(0, 6, (9,), generator=g)
     for eps in (0.1, 0.3):
-        got, err = _try(fn, logits, targets, eps)
+        got, err = _try(fn, logits, targets, eps, expect=_number)
         if err:
             return _report(False, err)
         want = F.cross_entropy(logits, targets, label_smoothing=eps).item()
@@ -55,16 +60,19 @@ def check_label_smoothing(fn: Callable[[torch.Tensor, torch.Tensor, float], torc
             return _report(False, "You spread eps over the V - 1 wrong classes; PyTorch (and the exercise) spreads it "
                                   "over all V classes: (1 - eps) * nll + eps * mean over classes of -log p.")
         if _close(got, (nll + eps * uniform).mean().item(), rel=1e-5):
-            return _report(False, "Weight the true-class term by (1 - eps): the target is a mixture of one-hot and uniform.")
+            return _report(False, "Weight the true-class term by (1 - eps): the target is a mixture of one-hot and "
+                                  "uniform.")
         return _report(False, f"For eps={eps} expected {want:.4f}, got {got!r}.")
-    return _report(True, "(1 - eps) * NLL + eps * the mean of -log p over all classes: it stops the model chasing certainty.")
+    return _report(True, "(1 - eps) * NLL + eps * the mean of -log p over all classes: it stops the model chasing "
+                         "certainty.")
 
 
+@_safe_check
 def check_warmup_schedule(fn: Callable[[int, int, int], float]) -> CheckResult:
     """``fn(step, d_model, warmup)``: the paper's learning rate, d^-0.5 * min(step^-0.5, step * warmup^-1.5),
     for steps counted from 1."""
     for step, d, w in ((1, 512, 4000), (4000, 512, 4000), (100_000, 512, 4000), (10, 64, 100)):
-        got, err = _try(fn, step, d, w)
+        got, err = _try(fn, step, d, w, expect=_number)
         if err:
             return _report(False, err)
         want = d ** -0.5 * min(step ** -0.5, step * w ** -1.5)
@@ -79,20 +87,20 @@ def check_warmup_schedule(fn: Callable[[int, int, int], float]) -> CheckResult:
     return _report(True, f"The base model peaks at step 4000 at {peak:.2e} and then decays as 1/sqrt(step).")
 
 
+@_safe_check
 def check_collate(fn: Callable[[list[torch.Tensor], int], tuple[torch.Tensor, torch.Tensor]]) -> CheckResult:
     """``fn(sequences, pad_id)`` stacks 1-D id tensors into (B, T_max), padding on the right, and returns
     it with the padding mask (True at padding)."""
     seqs = [torch.tensor([5, 6, 7]), torch.tensor([8]), torch.tensor([9, 10])]
-    got, err = _try(fn, seqs, 0)
+    got, err = _try(fn, seqs, 0, expect=_tensors(2, "two tensors (padded ids, padding mask)"))
     if err:
         return _report(False, err)
-    if not (isinstance(got, tuple) and len(got) == 2):
-        return _report(False, "Return two tensors: (padded ids, padding mask).")
     ids, mask = got
     want = torch.tensor([[5, 6, 7], [8, 0, 0], [9, 10, 0]])
     want_mask = want == 0
     if ids.shape != want.shape:
-        return _report(False, f"Pad to the longest sequence: expected shape {tuple(want.shape)}, got {tuple(ids.shape)}.")
+        return _report(False, f"Pad to the longest sequence: expected shape {tuple(want.shape)}, "
+                              f"got {tuple(ids.shape)}.")
     if torch.equal(ids, torch.tensor([[5, 6, 7], [0, 0, 8], [0, 9, 10]])):
         return _report(False, "That pads on the left; pad on the right, so position t is token t of every sequence.")
     if not torch.equal(ids, want):
@@ -104,18 +112,21 @@ def check_collate(fn: Callable[[list[torch.Tensor], int], tuple[torch.Tensor, to
     return _report(True, "Right-padded ids and their mask; the model and the loss both need the mask.")
 
 
-def check_lm_batch(fn: Callable[[torch.Tensor, int, int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]) -> CheckResult:
+@_safe_check
+def check_lm_batch(
+        fn: Callable[[torch.Tensor, int, int, torch.Generator], tuple[torch.Tensor, torch.Tensor]]) -> CheckResult:
     """``fn(ids, block_size, batch_size, generator)``: random windows of a 1-D token stream, inputs x
     (B, T) and next-token targets y (B, T), y shifted one position to the right of x."""
     ids = torch.arange(1000)  # token i has id i, so windows are easy to read
-    got, err = _try(fn, ids, 16, 8, torch.Generator().manual_seed(0))
+    got, err = _try(fn, ids, 16, 8, torch.Generator().manual_seed(0), expect=_tensors(2, "two tensors (x, y)"))
     if err:
         return _report(False, err)
-    if not (isinstance(got, tuple) and len(got) == 2):
-        return _report(False, "Return two tensors: (x, y).")
     x, y = got
     if x.shape != (8, 16) or y.shape != (8, 16):
-        return _report(False, f"x and y must both be (batch_size, block_size) = (8, 16); got {tuple(x.shape)}, {tuple(y.shape)}.")
+        return _report(False, f"x and y must both be (batch_size, block_size) = (8, 16); got {tuple(x.shape)}, "
+                              f"{tuple(y.shape)}.")
+    if any(t.is_floating_point() or t.is_complex() or t.dtype == torch.bool for t in (x, y)):
+        return _report(False, f"x and y hold token ids: integer tensors, as ids is, not {x.dtype} and {y.dtype}.")
     if torch.equal(y, x):
         return _report(False, "y equals x: the target of position t is the token at t + 1.")
     if torch.equal(y, x - 1):
@@ -125,26 +136,28 @@ def check_lm_batch(fn: Callable[[torch.Tensor, int, int, torch.Generator], tuple
     if not torch.equal(x[:, 1:] - x[:, :-1], torch.ones(8, 15, dtype=x.dtype)):
         return _report(False, "Each row must be a contiguous window of the stream.")
     if int(x.max()) + 1 >= 1000 + 1 or int(y.max()) > 999:
-        return _report(False, "A window runs past the end: start positions must leave room for block_size + 1 tokens.")
+        return _report(False, "A window runs past the end: start positions must leave room for block_size + 1 "
+                              "tokens.")
     if len(set(x[:, 0].tolist())) == 1:
         return _report(False, "Every row starts at the same place: draw a random start per row.")
-    return _report(True, "Random windows, targets shifted by one: every position of every window is a training example.")
+    return _report(True, "Random windows, targets shifted by one: every position of every window is a training "
+                         "example.")
 
 
+@_safe_check
 def check_bucket_batches(fn: Callable[[list[int], int], list[list[int]]]) -> CheckResult:
     """``fn(lengths, batch_size)`` returns batches of indices (every index once) grouped by similar
     length, so that padding each batch to its longest wastes little."""
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(2, 60, (500,), generator=g).tolist()
-    got, err = _try(fn, lengths, 16)
+    got, err = _try(fn, lengths, 16, expect=_index_batches)
     if err:
         return _report(False, err)
-    try:
-        flat = sorted(i for batch in got for i in batch)
-    except TypeError:
-        return _report(False, "Return a list of batches, each a list of indices.")
+    flat = sorted(i for batch in got for i in batch)
     if flat != list(range(500)):
         return _report(False, "Every index must appear in exactly one batch.")
+    if any(len(b) == 0 for b in got):
+        return _report(False, "A batch is empty: leave out empty batches.")
     if max(len(b) for b in got) > 16:
         return _report(False, "A batch is larger than batch_size.")
     from gpuformer_lib.data import padding_fraction

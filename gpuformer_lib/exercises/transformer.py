@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gpuformer_lib.exercises._core import CheckResult, _report, _try
+from gpuformer_lib.exercises._answers import _number
+from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _try
 from gpuformer_lib.layers import sinusoidal_encoding
 
 
@@ -17,17 +18,18 @@ def _as_tensor(got: Any, what: str) -> tuple[Tensor | None, str | None]:
     if isinstance(got, tuple) and got and isinstance(got[0], Tensor):
         got = got[0]
     if not isinstance(got, Tensor):
-        return None, f"Return a tensor ({what}), not {type(got).__name__}."
+        return None, f"Return a tensor ({what}), not {_describe(got)}."
     return got, None
 
 
 def _same(a: Tensor, b: Tensor) -> bool:
-    return a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5)
+    return a.shape == b.shape and not a.is_complex() and torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- masks
 
 
+@_safe_check
 def check_causal_mask(fn: Callable[[int], Tensor]) -> CheckResult:
     """``fn(T)`` returns a (T, T) bool mask, True where query i may attend to key j."""
     for T in (4, 7, 1):  # the larger sizes tell the typical mistakes apart
@@ -51,6 +53,7 @@ def check_causal_mask(fn: Callable[[int], Tensor]) -> CheckResult:
     return _report(True, "torch.ones(T, T, dtype=torch.bool).tril(): each token sees itself and the past.")
 
 
+@_safe_check
 def check_padding_mask(fn: Callable[[list[int], int], Tensor]) -> CheckResult:
     """``fn(lengths, T)`` returns a (B, T) bool mask, True at padding positions (position >= length)."""
     for lengths, T in (([3, 1, 4], 4), ([2], 5), ([5, 5], 5)):
@@ -77,6 +80,7 @@ def check_padding_mask(fn: Callable[[list[int], int], Tensor]) -> CheckResult:
 # --------------------------------------------------------------------------- attention
 
 
+@_safe_check
 def check_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> CheckResult:
     """``fn(q, k, v)`` returns softmax(q k^T / sqrt(d_k)) v for inputs (..., T, hs)."""
     gen = torch.Generator().manual_seed(0)
@@ -91,7 +95,8 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> CheckResu
             continue
         scores = q @ k.transpose(-2, -1)
         if got.shape != want.shape:
-            return _report(False, f"Output shape should be {tuple(want.shape)} (..., T_query, hs), got {tuple(got.shape)}.")
+            return _report(False, f"Output shape should be {tuple(want.shape)} (..., T_query, hs), "
+                                  f"got {tuple(got.shape)}.")
         if _same(got, scores.softmax(-1) @ v):
             return _report(False, "You forgot to scale the scores by 1 / sqrt(d_k), d_k = q.size(-1).")
         if _same(got, (scores / hs).softmax(-1) @ v):
@@ -103,6 +108,7 @@ def check_attention(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> CheckResu
     return _report(True, "Your attention equals F.scaled_dot_product_attention.")
 
 
+@_safe_check
 def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
     """``fn(x, n_heads)`` turns (B, T, C) into (B, H, T, hs) with hs = C // H."""
     for B, T, C, H in ((2, 5, 12, 3), (1, 7, 16, 4)):
@@ -124,6 +130,7 @@ def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
     return _report(True, "x.view(B, T, H, hs).transpose(1, 2): each head gets its own slice of every token.")
 
 
+@_safe_check
 def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> CheckResult:
     """``fn(y)`` turns (B, H, T, hs) back into (B, T, C): the inverse of splitting heads."""
     for B, H, T, hs in ((2, 3, 5, 4), (1, 4, 6, 2)):
@@ -145,10 +152,11 @@ def check_merge_heads(fn: Callable[[Tensor], Tensor]) -> CheckResult:
 # --------------------------------------------------------------------------- counting parameters
 
 
+@_safe_check
 def check_mha_parameters(fn: Callable[[int, bool], int]) -> CheckResult:
     """``fn(d_model, bias)``: parameters of multi-head attention (W_q, W_k, W_v, W_o and biases)."""
     for C, bias in ((512, True), (768, False), (64, True)):
-        got, err = _try(fn, C, bias)
+        got, err = _try(fn, C, bias, expect=_number)
         if err:
             return _report(False, err)
         want = 4 * C * C + (4 * C if bias else 0)
@@ -160,13 +168,15 @@ def check_mha_parameters(fn: Callable[[int, bool], int]) -> CheckResult:
             return _report(False, "Each of the four projections also has a bias of C numbers.")
         return _report(False, f"For d_model={C}, bias={bias} expected {want:,}, got {got!r}. The number of heads "
                               "does not matter: the heads split C, they do not add weights.")
-    return _report(True, "4 C^2 + 4 C, whatever the number of heads; check with count_parameters(MultiHeadAttention(C, H)).")
+    return _report(True, "4 C^2 + 4 C, whatever the number of heads; check with "
+                         "count_parameters(MultiHeadAttention(C, H)).")
 
 
+@_safe_check
 def check_encoder_layer_parameters(fn: Callable[[int, int], int]) -> CheckResult:
     """``fn(d_model, d_ff)``: parameters of one encoder layer (attention, feed-forward, two LayerNorms)."""
     for C, d_ff in ((512, 2048), (64, 100)):
-        got, err = _try(fn, C, d_ff)
+        got, err = _try(fn, C, d_ff, expect=_number)
         if err:
             return _report(False, err)
         attention = 4 * C * C + 4 * C
@@ -190,6 +200,7 @@ def check_encoder_layer_parameters(fn: Callable[[int, int], int]) -> CheckResult
 # --------------------------------------------------------------------------- layers
 
 
+@_safe_check
 def check_sinusoidal_encoding(fn: Callable[[int, int], Tensor]) -> CheckResult:
     """``fn(max_len, d_model)`` returns the (max_len, d_model) sinusoidal positional encoding."""
     for max_len, d in ((10, 8), (50, 32)):
@@ -217,6 +228,7 @@ def check_sinusoidal_encoding(fn: Callable[[int, int], Tensor]) -> CheckResult:
     return _report(True, "Your encoding equals gpuformer_lib.layers.sinusoidal_encoding.")
 
 
+@_safe_check
 def check_residual_block(fn: Callable[[Tensor, nn.Module, nn.Module, bool], Tensor]) -> CheckResult:
     """``fn(x, sublayer, norm, norm_first)``: a residual connection with LayerNorm, pre-LN or post-LN."""
     torch.manual_seed(0)
@@ -242,4 +254,5 @@ def check_residual_block(fn: Callable[[Tensor, nn.Module, nn.Module, bool], Tens
                 return _report(False, "Post-LN normalises the sum: norm(x + sublayer(x)), not x + norm(sublayer(x)).")
             return _report(False, f"norm_first={norm_first}: expected "
                                   f"{'x + sublayer(norm(x))' if norm_first else 'norm(x + sublayer(x))'}.")
-    return _report(True, "Pre-LN: x + f(LN(x)) keeps an un-normalised path from input to output; post-LN: LN(x + f(x)).")
+    return _report(True, "Pre-LN: x + f(LN(x)) keeps an un-normalised path from input to output; "
+                         "post-LN: LN(x + f(x)).")

@@ -1,0 +1,147 @@
+"""Running the learner's code in isolation: on copies of its arguments, noticing any it changed in
+place, and under a time limit. :func:`gpuformer_lib.exercises._core._try` puts these together."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+TIME_LIMIT_S = 10.0
+"""Seconds one call into the learner's code may take before the check reports an endless loop."""
+
+TIME_LIMIT_ENV = "GPUFORMER_CHECK_TIME_LIMIT"
+"""Environment variable that overrides :data:`TIME_LIMIT_S` (e.g. 60 on a slow machine; 0 turns the limit off)."""
+
+
+# --------------------------------------------------------------------------- the time limit
+
+
+class _TimeLimitExceeded(BaseException):
+    """Raised inside the learner's code when its time is up. Not an ``Exception``, so that an
+    ``except Exception`` in the learner's loop cannot swallow it."""
+
+
+def _time_limit_s() -> float:
+    raw = os.environ.get(TIME_LIMIT_ENV, "").strip()
+    if not raw:
+        return TIME_LIMIT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"{TIME_LIMIT_ENV}={raw!r} is not a number of seconds: set it to e.g. 60 on a slow "
+                         f"machine, to 0 for no limit, or unset it for the default {TIME_LIMIT_S:g} s.")
+    return seconds
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _TimeLimitExceeded
+
+
+def _call_with_time_limit(fn: Callable[..., Any], args: tuple, seconds: float) -> Any:
+    """``fn(*args)``, interrupted by :class:`_TimeLimitExceeded` after ``seconds`` (0: never). Without
+    SIGALRM (Windows) or outside the main thread it runs without a limit. The previous SIGALRM handler
+    and timer are restored; a timer already running that would fire first (pytest-timeout, say) stays
+    in charge."""
+    if seconds <= 0 or not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if 0 < outer_delay <= seconds:
+        return fn(*args)
+    outer_handler = signal.signal(signal.SIGALRM, _on_alarm)
+    start = time.monotonic()
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)  # if the alarm fires just before this, the outer finally still runs
+    finally:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if outer_handler is None else outer_handler)
+        if outer_delay > 0:  # give the outer timer back what it had left
+            signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - start), 1e-3), outer_interval)
+
+
+# --------------------------------------------------------------------------- arguments changed in place
+
+
+def _copy(value: Any) -> Any:
+    """A copy of an argument that the learner's code may change without touching ``value``. Generators
+    and functions (a callback such as ``fits``) are passed as they are: they are meant to be used."""
+    if isinstance(value, Tensor):
+        copied = value.detach().clone()
+        return copied.requires_grad_() if value.requires_grad else copied
+    if isinstance(value, nn.Module):
+        return copy.deepcopy(value)
+    if isinstance(value, (torch.Generator, type)) or callable(value):
+        return value
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    if type(value) is tuple:
+        return tuple(_copy(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - an object that cannot be copied is compared, not protected
+        return value
+
+
+def _changed(original: Any, given: Any) -> bool:
+    """Whether the learner's code changed ``given``, its copy of ``original``."""
+    if isinstance(original, Tensor):
+        return not (isinstance(given, Tensor) and _equal_tensors(original, given))
+    if isinstance(original, nn.Module):
+        before, after = original.state_dict(), given.state_dict()
+        return before.keys() != after.keys() or any(_changed(before[k], after[k]) for k in before)
+    if isinstance(original, (list, tuple)):
+        return type(original) is not type(given) or len(original) != len(given) or any(map(_changed, original, given))
+    if isinstance(original, dict):
+        return original.keys() != given.keys() or any(_changed(original[k], given[k]) for k in original)
+    if isinstance(original, torch.Generator) or callable(original):
+        return False
+    try:
+        return bool(original != given)
+    except Exception:  # noqa: BLE001 - no way to compare: assume unchanged
+        return False
+
+
+def _equal_tensors(a: Tensor, b: Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    if torch.equal(a, b):
+        return True
+    if not (a.is_floating_point() or a.is_complex()):
+        return False
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(a[~nan], b[~nan])  # NaN equals NaN here
+
+
+def _in_place_hint(fn: Callable[..., Any], index: int, original: Any) -> str:
+    try:
+        parameters = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):  # a built-in without a signature
+        parameters = []
+    name = parameters[index].name if index < len(parameters) else None
+    label, code = (name, name) if name else (f"its argument {index + 1}", "x")
+    if isinstance(original, Tensor):
+        how = f"compute a new tensor instead of `{code}.mul_(...)`, `{code} += ...` or `{code}[...] = ...` on an input"
+    elif isinstance(original, nn.Module):
+        how = f"call {code} as it is; do not change its weights or replace its parts"
+    elif isinstance(original, list):
+        how = f"build a new list, e.g. sorted({code}) instead of {code}.sort(), or {code} + [...] instead of append"
+    else:
+        how = f"build a new {type(original).__name__} instead of changing {code}"
+    return (f"Your function changed {label} in place: the caller's {label} must stay as it was (the check computes "
+            f"the expected answer from it). Leave inputs alone: {how}.")
