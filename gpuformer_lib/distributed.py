@@ -6,7 +6,9 @@ Covers:
   environment variables; no global state), :func:`process_group` (set-up with a timeout, always torn
   down), rank-labelled printing (:func:`rank_print`, :func:`print0`);
 - :func:`launch`: run a worker under ``torchrun`` from a notebook, each rank's output labelled,
-  a failing rank turned into one clear :class:`LaunchError`, asking for more GPUs than exist refused;
+  a failing rank turned into one clear :class:`LaunchError`, asking for more GPUs than exist refused,
+  every process of the job (ranks in sessions of their own included) killed when it ends, times out
+  or is interrupted;
   :func:`worker_path` finds the chapters' workers inside the installed package
   (:mod:`gpuformer_lib.workers`);
 - data parallel from scratch: :func:`broadcast_parameters`, :func:`average_gradients`,
@@ -31,6 +33,8 @@ import dataclasses
 import datetime
 import importlib.resources
 import json
+import math
+import numbers
 import os
 import re
 import signal
@@ -38,6 +42,8 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -189,30 +195,63 @@ def worker_path(name: str) -> Path:
     return path
 
 
+JOB_ENV = "GPUFORMER_JOB"
+"""Set to a fresh id in the environment of every process a :func:`launch` starts: torchrun, its ranks and
+whatever they start inherit it, so the launcher can find them all (on Linux in ``/proc/<pid>/environ``)
+after torchrun is gone. torchrun puts each rank in a session of its own, so killing torchrun's process
+group misses them, and once torchrun dies they are re-parented and a walk of its process tree cannot
+reach them either."""
+
+
+def _check_launch_args(nproc, args, backend, timeout_s, threads_per_process, extra_env) -> None:
+    """Refuse, with what to pass instead, arguments that would otherwise run a different job than asked."""
+    for name, value in (("nproc", nproc), ("threads_per_process", threads_per_process)):
+        if value is None and name == "nproc":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}"
+                             + (" (pass None for the default world size)" if name == "nproc" else ""))
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
+        raise TypeError(f"timeout_s must be a number of seconds, got {timeout_s!r} ({type(timeout_s).__name__})")
+    if not (0 < timeout_s < math.inf):
+        raise ValueError(f"timeout_s must be a positive, finite number of seconds, got {timeout_s}")
+    if not isinstance(args, (list, tuple)) or not all(isinstance(a, (str, os.PathLike, int, float)) for a in args):
+        raise TypeError(f"args must be a list of the script's arguments, e.g. ['hello'], got {args!r}")
+    if backend is not None and backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' (CPU processes), 'nccl' (one GPU each) or None (the default), "
+                         f"got {backend!r}")
+    if extra_env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in extra_env.items()):
+        raise TypeError(f"extra_env must map names to strings, got {extra_env!r}")
+
+
 def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[str] = (), *,
            backend: str | None = None, timeout_s: float = 300.0, echo: bool = True, threads_per_process: int = 1,
            extra_env: dict | None = None) -> LaunchResult:
     """Run ``script`` (a worker's file, e.g. ``worker_path("data_parallel")``) under torchrun with
-    ``nproc`` processes on this machine and wait for it.
+    ``nproc`` processes on this machine (None: :func:`default_world_size`) and wait for it.
 
     Each line a rank prints is shown (``echo``) and kept, labelled ``[rank r]``. If any rank fails,
-    torchrun stops the others and this raises :class:`LaunchError` with the failing rank's error;
-    if the whole job takes longer than ``timeout_s`` it is killed. ``backend`` 'nccl' needs a GPU per
-    process (:class:`TooFewGPUsError` otherwise); the scripts read it from ``GPUFORMER_BACKEND``.
+    this raises :class:`LaunchError` with the failing rank's error; if the whole job takes longer than
+    ``timeout_s`` it is killed. Whatever ends the wait (success, a failing rank, the timeout, an
+    interrupt), every process of the job is killed before this returns, the ranks and their children
+    included (see :data:`JOB_ENV`). ``backend`` 'nccl' needs a GPU per process
+    (:class:`TooFewGPUsError` otherwise); the scripts read it from ``GPUFORMER_BACKEND``.
     """
+    _check_launch_args(nproc, args, backend, timeout_s, threads_per_process, extra_env)
     script = Path(script)
-    if not script.exists():
+    if not script.is_file():
         raise FileNotFoundError(f"no script {script}: the workers live in files (a function defined in a notebook "
                                 "cell cannot be started in another process); the course's are "
                                 "worker_path('data_parallel') and worker_path('model_parallel')")
     backend = backend or default_backend()
-    nproc = nproc or default_world_size()
-    if nproc < 1:
-        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    nproc = default_world_size() if nproc is None else int(nproc)
     if backend == "nccl":
         check_gpus(nproc)
+    marker = uuid.uuid4().hex
     env = {**os.environ, "GPUFORMER_BACKEND": backend, "OMP_NUM_THREADS": str(threads_per_process),
-           "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+           "PYTHONUNBUFFERED": "1", **(extra_env or {}), JOB_ENV: marker}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--tee=3",
            "--max-restarts=0", str(script), *map(str, args)]
     started = time.perf_counter()
@@ -222,8 +261,7 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
 
     def kill() -> None:
         timed_out.set()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_job(proc, marker)
 
     timer = threading.Timer(timeout_s, kill)
     timer.start()
@@ -249,17 +287,99 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
         proc.wait()
     finally:
         timer.cancel()
+        survivors = _stop_job(proc, marker)  # also after success: a rank's child may still be running
+        proc.stdout.close()
     seconds = time.perf_counter() - started
+    left = (f"\nprocesses {survivors} of the job (marked {JOB_ENV}={marker}) could not be stopped"
+            if survivors else "")
     if timed_out.is_set():
-        raise LaunchError(f"{script.name} did not finish within {timeout_s:.0f} s and was stopped; last lines:\n"
-                          + "\n".join(lines[-10:]))
+        raise LaunchError(f"{script.name} did not finish within {timeout_s:g} s and was stopped; last lines:\n"
+                          + "\n".join(lines[-10:]) + left)
     if proc.returncode != 0:
         failed = _failing_rank(lines, raw)
         error = [line for line in lines if line.startswith(f"[rank {failed}]")] if failed is not None else lines
         tail = "\n".join(error[-12:])
         raise LaunchError(f"{script.name} failed on rank {failed if failed is not None else '?'} "
-                          f"(exit code {proc.returncode}):\n{tail}")
+                          f"(exit code {proc.returncode}):\n{tail}{left}")
+    if survivors:
+        warnings.warn(left.strip(), RuntimeWarning, stacklevel=2)
     return LaunchResult(lines=lines, results=results, seconds=seconds)
+
+
+def _stop_job(proc: subprocess.Popen, marker: str, wait_s: float = 10.0) -> list[int]:
+    """SIGKILL torchrun (its process group) and every process that carries ``JOB_ENV=marker``, then wait
+    until they are gone. Returns the pids still alive after ``wait_s`` seconds (normally none)."""
+    # torchrun's pid (and group id) is its own until it is reaped; after that it may be another process's
+    root = proc.pid if proc.returncode is None else None
+    doomed = _job_pids(marker, root)  # before torchrun dies: the fallback's tree walk needs it alive
+    if root is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(root, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while doomed:
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+        doomed = _job_pids(marker, None)  # again: one may have started another before it died
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()))  # reap torchrun, so it is no zombie
+    return sorted(doomed)
+
+
+def _job_pids(marker: str, root: int | None) -> set[int]:
+    """This user's live processes (zombies excluded) whose environment holds ``JOB_ENV=marker``: read
+    from /proc on Linux; elsewhere (macOS) with psutil if it is installed, adding ``root``'s process
+    tree; else none, leaving the process group of ``root`` as the only thing killed."""
+    if _has_proc():
+        needle = f"{JOB_ENV}={marker}".encode()
+        return {pid for pid in _proc_pids() if needle in _proc_environ(pid).split(b"\0")}
+    try:
+        import psutil
+    except ImportError:
+        return set()
+    found = []
+    if root is not None:
+        with contextlib.suppress(psutil.Error):
+            found += psutil.Process(root).children(recursive=True)
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if p.environ().get(JOB_ENV) == marker:
+                found.append(p)
+    live = set()
+    for p in found:
+        with contextlib.suppress(psutil.Error):
+            if p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
+                live.add(p.pid)
+    return live
+
+
+def _has_proc() -> bool:
+    """Whether processes' environments can be read from /proc (Linux)."""
+    return os.path.exists("/proc/self/environ")
+
+
+def _proc_pids() -> list[int]:
+    """This user's processes but this one, from /proc."""
+    me, uid = os.getpid(), os.getuid()
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    pids.append(int(name))
+    return pids
+
+
+def _proc_environ(pid: int) -> bytes:
+    """The environment ``pid`` was started with, NUL-separated; empty for a zombie or a process gone."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 _EXCEPTION = re.compile(r"^\[rank (\d+)\].*?\b\w*(?:Error|Exception)\b: ")

@@ -416,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="where to write the results (default: bench_results/ladder-<preset>-<device>.json)")
     parser.add_argument("--allow-cpu-gpt2", action="store_true", help="run gpt2-small on a CPU anyway (very slow)")
     args = parser.parse_args(argv)
+    if args.json_path and (not args.json_path.endswith(".json") or Path(args.json_path).is_dir()):
+        parser.error(f"--json {args.json_path}: give a file name ending in .json (the results are written there, "
+                     "replacing it), e.g. --json bench_results/ladder.json")
     profile = current_profile(args.device)
     device = compute_device(profile, args.device)
     preset = PRESETS[args.preset] if args.preset else preset_for(profile)
@@ -440,8 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.json_path or default)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    try:  # through a temporary file: an interruption leaves the old results or the new ones
+        tmp.write_text(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     print(f"wrote {path}")
     return 0
 

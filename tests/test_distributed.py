@@ -108,6 +108,33 @@ def test_launch_errors():
     assert (env.rank, env.local_rank, env.world_size, env.is_main) == (3, 1, 4, False)
 
 
+def test_launch_arguments_are_checked_before_anything_starts(monkeypatch, tmp_path):
+    """nproc=0 used to run the default world size (`nproc or default`); bad arguments now fail with what to pass."""
+    started = []
+    monkeypatch.setattr(D.subprocess, "Popen", lambda cmd, **kwargs: started.append(cmd) or 1 / 0)
+    script = tmp_path / "worker.py"
+    script.write_text("")
+    bad = [({"nproc": 0}, ValueError, "nproc must be at least 1, got 0"),
+           ({"nproc": True}, TypeError, "nproc must be an int"), ({"nproc": 2.0}, TypeError, "nproc must be an int"),
+           ({"timeout_s": 0}, ValueError, "timeout_s must be a positive"),
+           ({"timeout_s": float("nan")}, ValueError, "timeout_s must be a positive"),
+           ({"timeout_s": "60"}, TypeError, "timeout_s must be a number"),
+           ({"args": "hello"}, TypeError, r"args must be a list .* \['hello'\]"),
+           ({"backend": "NCCL"}, ValueError, "backend must be 'gloo'"),
+           ({"threads_per_process": 0}, ValueError, "threads_per_process must be at least 1"),
+           ({"extra_env": {"X": 1}}, TypeError, "extra_env must map names to strings")]
+    for kwargs, error, message in bad:
+        with pytest.raises(error, match=message):
+            D.launch(script, **{"nproc": 2, "backend": "gloo", **kwargs})
+    with pytest.raises(FileNotFoundError, match="no script"):
+        D.launch(tmp_path, 2, backend="gloo")  # a folder is not a script
+    assert started == []
+    monkeypatch.setattr(D, "default_world_size", lambda: 3)
+    with pytest.raises(ZeroDivisionError):
+        D.launch(script, None, backend="gloo")  # None is the default world size
+    assert "--nproc_per_node=3" in started[0]
+
+
 def test_cost_models():
     speed, efficiency = D.scaling(10.0, 2.7, 4)  # the first seed's 10 h -> 2.7 h on 4 GPUs
     assert round(speed, 1) == 3.7 and round(efficiency, 2) == 0.93
@@ -217,5 +244,5 @@ def test_collective_backend_gives_nccl_only_to_real_gpus_enough_for_every_proces
     assert profiles.collective_backend(h100, 2) == "gloo"  # one GPU cannot host two NCCL ranks
     assert profiles.collective_backend(node, 8) == "nccl"
     assert profiles.collective_backend(dataclasses.replace(node, rehearsal=True), 8) == "gloo"  # CPU processes
-    with pytest.raises(ValueError, match="processes must be >= 1"):
+    with pytest.raises(ValueError, match="processes must be (an int )?>= 1"):  # either wording of profiles.py
         profiles.collective_backend(node, 0)

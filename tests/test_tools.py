@@ -71,3 +71,21 @@ def test_outputs_are_refused_under_a_rehearsal(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         execute.main([str(path)])
     assert "must not become the book's stored outputs" in capsys.readouterr().err
+
+
+def test_make_student_writes_copies_of_the_course_and_refuses_the_course_folder(tmp_path):
+    """`make student` (into a new folder) keeps working; the course's own folder is refused as an output."""
+    from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
+
+    out = tmp_path / "student"
+    assert student.main([str(out)]) == 0
+    copies = sorted(out.glob("*.ipynb"))
+    assert [p.name for p in copies] == [p.name for p in notebook_paths()]
+    for path in copies:
+        nb = nbformat.read(path, as_version=4)
+        assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
+        assert nb.metadata[student.STUDENT_KEY]["cells_sha256"] == student.cells_hash(nb)
+    assert student.main([str(out)]) == 0  # its own unedited copies are replaced
+    for folder in (REPO_ROOT / "notebooks", REPO_ROOT / "notebooks" / ".." / "notebooks"):
+        with pytest.raises(student.OverwriteRefused, match="would overwrite the notebook"):
+            student.check_outputs(folder, notebook_paths())

@@ -9,8 +9,11 @@ GPU, instead of silently storing CPU outputs). Stored outputs are what the book 
 profile (``$GPUFORMER_REHEARSE``) is refused. The hardware is described in a subprocess, so this
 process holds no CUDA context while the notebooks run. On success its metadata gains a ``gpuformer`` entry: the hardware
 summary, the size preset, library versions, the date, the run time and a hash of the code cells,
-and the file is replaced atomically. A notebook that fails is left as it was and the command
-exits non-zero, naming the cell that failed.
+and the file is replaced atomically (a crash or Ctrl-C leaves the old notebook or the new one, never
+half of one). A notebook that fails (an error in a cell, a cell past ``--timeout``, a dead kernel) is
+left as it was, the others still run, and the command exits non-zero, naming what failed; so is one
+that was saved from an editor while it ran (the edit is kept). Every path is checked to be a readable
+notebook before anything runs.
 """
 
 from __future__ import annotations
@@ -19,16 +22,14 @@ import argparse
 import datetime as dt
 import os
 import platform
-import shutil
 import sys
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from tqdm.auto import tqdm
 
 import json
@@ -36,7 +37,15 @@ import subprocess
 
 from gpuformer_lib.device import DEVICE_ENV, DeviceNotAvailableError, pick_device
 from gpuformer_lib.profiles import REHEARSE_ENV
-from gpuformer_lib.tools.notebooks import METADATA_KEY, code_hash, notebook_paths
+from gpuformer_lib.tools.notebooks import (METADATA_KEY, NotANotebookError, code_hash, notebook_paths, read_notebook,
+                                           write_notebook_atomically)
+
+NOTEBOOK_FAILURES = (CellExecutionError, CellTimeoutError, DeadKernelError)
+"""How running a notebook fails: a cell raised, ran past the timeout, or killed the kernel."""
+
+
+class NotebookChangedError(RuntimeError):
+    """The notebook's file changed while it was being executed: writing the run would lose that edit."""
 
 
 def _versions() -> dict[str, str]:
@@ -61,8 +70,10 @@ def _describe_in_subprocess() -> tuple[dict, str]:
 
 def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python3",
                      described: tuple[dict, str] | None = None) -> float:
-    """Run ``path`` in place; return the seconds it took. Raises CellExecutionError on a failing cell."""
-    nb = nbformat.read(path, as_version=4)
+    """Run ``path`` in place; return the seconds it took. Raises one of :data:`NOTEBOOK_FAILURES` if it
+    fails, :class:`NotebookChangedError` if the file was saved meanwhile; either way the file is untouched."""
+    original = path.read_bytes()
+    nb = nbformat.reads(original.decode("utf-8"), as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
@@ -77,15 +88,10 @@ def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python
         "versions": _versions(),
         "code_hash": code_hash(nb),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".ipynb")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            nbformat.write(nb, f)
-        shutil.copymode(path, tmp)  # mkstemp makes the file private; keep the notebook's own mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    if path.read_bytes() != original:
+        raise NotebookChangedError(f"{path} was changed on disk while it ran (saved from an editor?): the executed "
+                                   "version was not written, so the change is kept; run it again")
+    write_notebook_atomically(nb, path.resolve())  # resolved: a symlinked notebook stays a symlink
     return seconds
 
 
@@ -107,16 +113,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--device {args.device}: {err}")
         os.environ[DEVICE_ENV] = args.device  # the kernels inherit it
     paths = args.notebooks or notebook_paths()
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        parser.error(f"no such notebook: {missing[0]}")
+    for path in paths:  # all of them before the first runs, which may take an hour
+        try:
+            read_notebook(path)
+        except NotANotebookError as err:
+            parser.error(str(err))
     described = hardware, preset = _describe_in_subprocess()  # once: every notebook runs on the same machine
     print(f"running on {hardware['gpu_name'] or hardware['device']} with the '{preset}' preset", flush=True)
     failed = []
     for path in tqdm(paths, desc="notebooks", unit="nb"):
         try:
             seconds = execute_notebook(path, args.timeout, args.kernel, described)
-        except CellExecutionError as err:
+        except (*NOTEBOOK_FAILURES, NotebookChangedError) as err:
             failed.append(path)
             tqdm.write(f"FAILED {path} (left unchanged):\n{err}")
             continue

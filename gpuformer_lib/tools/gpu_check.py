@@ -131,8 +131,11 @@ def write_report(results: list[CheckResult], folder: Path = REPO_ROOT / "bench_r
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"gpu-check-{_slug(summary.gpu_name or summary.device)}.json"
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:  # through a temporary file: an interruption leaves the old report or the new one
+        tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
