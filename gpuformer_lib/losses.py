@@ -17,14 +17,22 @@ from torch import Tensor
 
 def masked_cross_entropy(logits: Tensor, targets: Tensor, padding_mask: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy over the real tokens: logits (B, T, V), targets (B, T), padding_mask (B, T)
-    True at padding. Every real token weighs the same, however the padding is spread."""
+    True at padding. Every real token weighs the same, however the padding is spread.
+
+    A batch that is all padding has no token to average over: its loss is 0, and so is its gradient
+    (never NaN, whose 0 / 0 would spread to every weight). Nothing is read back from the device: no
+    boolean indexing, whose output size the host would have to wait for."""
     if logits.shape[:-1] != targets.shape or targets.shape != padding_mask.shape:
         raise ValueError(f"logits {tuple(logits.shape)}, targets {tuple(targets.shape)} and padding_mask "
                          f"{tuple(padding_mask.shape)} must agree on (B, T)")
-    real = ~padding_mask
-    if not real.any():
-        raise ValueError("every position is padding: there is no token to compute a loss on")
-    return F.cross_entropy(logits[real], targets[real], label_smoothing=label_smoothing)
+    padding = padding_mask.to(torch.bool)
+    # padding positions get logits 0 and target 0: finite values whatever was there, and their losses are
+    # dropped below, so the backward pass sends them an exact 0
+    logits = logits.masked_fill(padding[..., None], 0.0)
+    per_token = F.cross_entropy(logits.flatten(0, 1), targets.masked_fill(padding, 0).flatten(), reduction="none",
+                                label_smoothing=label_smoothing)  # (B*T, V) -> (B*T,)
+    real = ~padding.flatten()
+    return per_token.masked_fill(~real, 0.0).sum() / real.sum().clamp(min=1)
 
 
 class LinearSoftmaxCrossEntropy(torch.autograd.Function):

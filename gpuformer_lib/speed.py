@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Any, Callable, Iterable
 
 import torch
@@ -185,7 +186,22 @@ class StepOutput:
     tokens: Tensor | int
     """Tokens the step trained on, as the loss function counted them."""
     grad_norm: Tensor | None
-    """Global gradient norm before clipping (None when ``grad_clip`` is None)."""
+    """Global gradient norm before clipping (None when ``grad_clip`` is None and ``skip_nonfinite`` is off)."""
+    skipped: Tensor | bool = False
+    """True when the step made no update: ``skip_nonfinite`` found its loss or gradient norm NaN or infinite
+    (a bool), or the fp16 gradient scaler found an overflow (a bool tensor on the device: reading it waits)."""
+
+
+def _zero_if_empty(loss: Tensor, n_tokens: Tensor | int) -> Tensor:
+    """``loss``, or 0 for a micro-batch without tokens, whose mean over nothing is NaN. ``torch.where``
+    (unlike a product with 0) also sends the backward pass an exact 0, so no NaN reaches the gradients;
+    with a count on the device, nothing is read back."""
+    has_tokens = n_tokens > 0
+    if not torch.is_tensor(has_tokens):
+        if has_tokens:
+            return loss
+        has_tokens = torch.zeros((), dtype=torch.bool, device=loss.device)
+    return torch.where(has_tokens.to(loss.device), loss, torch.zeros_like(loss))
 
 
 def make_train_step(
@@ -201,6 +217,7 @@ def make_train_step(
     grad_clip: float | None = None,
     cuda_graphs: bool = False,
     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+    skip_nonfinite: bool = False,
 ) -> Callable[[Iterable[Any]], StepOutput]:
     """Build ``step(micro_batches) -> StepOutput``: one optimizer step over ``grad_accum_steps`` micro-batches.
 
@@ -216,7 +233,14 @@ def make_train_step(
     manager that holds back the gradient all-reduce (``ddp.no_sync``); every micro-batch but the last
     runs inside it, so gradients are reduced once per step, not once per micro-batch (with 'tokens',
     ranks must see equal token counts for the reduced mean to be the global batch's). Nothing in the
-    step reads a value back from the device.
+    step reads a value back from the device, except with ``skip_nonfinite``.
+
+    A micro-batch whose token count is 0 contributes nothing (its loss, NaN as a mean over no token,
+    becomes 0, and so do its gradients); a step without any token leaves the gradients 0 (the caller
+    sees ``tokens == 0``). ``skip_nonfinite``: a step whose loss or gradient norm is NaN or infinite
+    makes no update (gradients zeroed, ``StepOutput.skipped`` True); this reads both back every step,
+    one host sync per step. Without it, non-finite values are the caller's to check when it reads the
+    loss back; under fp16 the scaler skips steps with overflowing gradients either way (``skipped``).
     """
     if grad_accum_steps < 1:
         raise ValueError(f"grad_accum_steps must be >= 1, got {grad_accum_steps}")
@@ -227,11 +251,15 @@ def make_train_step(
     if dtype == torch.float16 and (scaler is None or not scaler.is_enabled()):
         raise ValueError("fp16 training needs an enabled GradScaler (gradients underflow without one): "
                          "pass scaler=speed.grad_scaler(plan, device)")
-    if grad_clip is not None and grad_clip <= 0:
-        raise ValueError(f"grad_clip must be positive (float('inf') to only measure the norm) or None, got {grad_clip}")
+    if grad_clip is not None and (isinstance(grad_clip, bool) or not isinstance(grad_clip, (int, float))
+                                  or math.isnan(grad_clip) or grad_clip <= 0):
+        raise ValueError(f"grad_clip must be a positive number (float('inf') to only measure the norm) or None, "
+                         f"got {grad_clip!r}")
     device_type = next(model.parameters()).device.type
     params = [p for p in model.parameters() if p.requires_grad]
     by_tokens = normalize_by == "tokens"
+    scaling = scaler is not None and scaler.is_enabled()
+    measure_norm = grad_clip is not None or skip_nonfinite
 
     def scale(loss: Tensor) -> Tensor:
         return scaler.scale(loss) if scaler is not None else loss
@@ -251,6 +279,7 @@ def make_train_step(
                 with no_sync() if held_back else contextlib.nullcontext():  # the last one all-reduces
                     with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
                         loss, n_tokens = loss_fn(model, batch)
+                    loss = _zero_if_empty(loss, n_tokens)
                     if by_tokens:
                         loss = loss * n_tokens
                     elif grad_accum_steps > 1:
@@ -264,20 +293,33 @@ def make_train_step(
                                  f"{grad_accum_steps}")
             if by_tokens:  # sum of (tokens x mean loss) over the step's tokens: one large batch's mean
                 grads = [p.grad for p in params if p.grad is not None]
-                divisor = step_tokens.float() if torch.is_tensor(step_tokens) else float(step_tokens)
+                # at least 1: a step without tokens has zero gradients, which 0 / 0 would make NaN
+                if torch.is_tensor(step_tokens):
+                    divisor = step_tokens.clamp(min=1).float()
+                else:
+                    divisor = float(max(step_tokens, 1))
                 torch._foreach_div_(grads, divisor)
                 step_loss = step_loss / divisor
             norm = None
-            if grad_clip is not None:
+            if measure_norm:
                 if scaler is not None:
                     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                norm = torch.nn.utils.clip_grad_norm_(params, grad_clip).detach()
+                norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip is not None else math.inf).detach()
+            if skip_nonfinite and not bool(torch.isfinite(step_loss) & torch.isfinite(norm)):  # the host sync
+                optimizer.zero_grad(set_to_none=True)
+                if scaling:
+                    scaler.update()  # backs the scale off if unscale_ found an overflow, as a skipped step() would
+                return StepOutput(loss=step_loss, tokens=step_tokens, grad_norm=norm, skipped=True)
+            skipped: Tensor | bool = False
             if scaler is not None:
+                scale_before = scaler._scale.clone() if scaling else None  # set by scaler.scale() above
                 scaler.step(optimizer)  # skips the update if an fp16 gradient overflowed
                 scaler.update()
+                if scaling:  # update() backs the scale off exactly when step() skipped: no read-back needed
+                    skipped = scaler._scale < scale_before
             else:
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        return StepOutput(loss=step_loss, tokens=step_tokens, grad_norm=norm)
+        return StepOutput(loss=step_loss, tokens=step_tokens, grad_norm=norm, skipped=skipped)
 
     return step

@@ -31,8 +31,13 @@ def test_masked_cross_entropy_equals_a_hand_computation():
 def test_masked_cross_entropy_errors():
     with pytest.raises(ValueError, match="agree"):
         masked_cross_entropy(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="every position is padding"):
-        masked_cross_entropy(torch.randn(1, 2, 5), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool))
+
+
+def test_masked_cross_entropy_of_all_padding_is_zero_with_a_zero_gradient():
+    logits = torch.full((1, 2, 5), float("nan")).requires_grad_()  # whatever a padded position holds
+    loss = masked_cross_entropy(logits, torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))  # not NaN (0 / 0)
 
 
 def test_hand_written_backward():

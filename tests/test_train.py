@@ -1,5 +1,6 @@
-"""The training loop: schedules, parameter groups, a stored reference loss curve, exact resume,
-gradient accumulation, atomic checkpoints, and the config's errors."""
+"""The training loop: schedules, parameter groups, a stored reference loss curve, exact resume (batches
+drawn from the global generator, a shuffling DataLoader), gradient accumulation, atomic checkpoints,
+and the config's errors. Faults (NaN, kills, damaged files) are in test_faults_training.py."""
 
 import dataclasses
 import json
@@ -10,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuformer_lib.data import repeating_patterns
+from gpuformer_lib.data import StepBatches, repeating_patterns
 from gpuformer_lib.model import DecoderLM, TransformerConfig
 from gpuformer_lib.train import (History, TrainConfig, compare_resumed, load_checkpoint, lr_multiplier,
                                  parameter_groups, resume_tolerance, train)
@@ -253,6 +254,20 @@ def test_norms_and_biases_do_not_decay():
     (dict(checkpoint_every=10), "checkpoint_path"),
     (dict(grad_clip=0.0), "grad_clip"),
     (dict(normalize_by="sequences"), "normalize_by"),
+    (dict(lr=float("nan")), "lr must be a finite number"),
+    (dict(lr=float("inf")), "lr must be a finite number"),
+    (dict(lr=0.0), "lr > 0"),
+    (dict(eps=0.0), "eps > 0"),
+    (dict(weight_decay=-0.1), "weight_decay >= 0"),
+    (dict(weight_decay=float("nan")), "weight_decay must be a finite number"),
+    (dict(min_lr_ratio=float("nan")), "min_lr_ratio must be a finite number"),
+    (dict(betas=(0.9, 1.0)), r"betas must be two numbers in \[0, 1\)"),
+    (dict(betas=(float("nan"), 0.9)), "betas"),
+    (dict(betas=(0.9,)), "betas"),
+    (dict(max_steps=2.5), "max_steps >= 1"),
+    (dict(log_every=0), "log_every >= 1"),
+    (dict(eval_every=-1), "eval_every >= 0"),
+    (dict(on_nonfinite="ignore"), "on_nonfinite must be one of"),
 ])
 def test_config_errors(changes, message):
     with pytest.raises(ValueError, match=message):
@@ -282,3 +297,51 @@ def test_fp16_scaler_skips_a_step_whose_gradients_overflow():
     assert history.loss_scale[1] == history.loss_scale[0] / 2  # the scaler backed off
     for a, b in zip(one.parameters(), two.parameters()):
         assert torch.equal(a, b)  # the overflowing step changed nothing
+
+
+def random_batch(i, extra_draws=0):
+    """A batch drawn from the global generator, as hand-written get_batch functions often are; then
+    ``extra_draws`` more numbers that nothing uses."""
+    seq = torch.randint(0, V, (16, 17))
+    torch.rand(extra_draws)
+    return seq[:, :-1], seq[:, 1:]
+
+
+def test_batches_drawn_from_the_global_generator_depend_on_the_step_only(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    config = dataclasses.replace(CONFIG, max_steps=20, checkpoint_every=12, checkpoint_path=str(path))
+    drawn = {}
+
+    def recorded(i, extra_draws=0):
+        batch = random_batch(i, extra_draws)
+        drawn.setdefault(extra_draws, []).append(batch[0])
+        return batch
+
+    full = train(model(dropout=0.2), loss_fn, recorded, config)
+    resumed = train(model(dropout=0.2, seed=99), loss_fn, recorded, config, resume_from=path)
+    assert resumed.loss == full.loss  # bit for bit
+    # more draws in get_batch move neither the batches nor the model's dropout masks ...
+    unsaved = dataclasses.replace(config, checkpoint_every=0)
+    assert train(model(dropout=0.2), loss_fn, lambda i: recorded(i, 100), unsaved).loss == full.loss
+    # ... and a model without dropout (no draws of its own) sees the same batches
+    train(model(dropout=0.0), loss_fn, lambda i: recorded(i, 1), unsaved)
+    assert all(torch.equal(a, b) for a, b in zip(drawn[0][:20], drawn[1], strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(drawn[0][:20], drawn[100], strict=True))
+
+
+def _shuffling_loader():
+    dataset = torch.utils.data.TensorDataset(torch.arange(20))
+    return torch.utils.data.DataLoader(dataset, batch_size=4, shuffle=True)  # 5 batches an epoch
+
+
+def test_step_batches_give_a_step_the_same_batch_however_they_get_there():
+    in_order = StepBatches(_shuffling_loader())
+    batches = [in_order(s)[0] for s in range(12)]
+    rng_before = torch.get_rng_state()
+    jumped = StepBatches(_shuffling_loader())(7)[0]  # a resumed run's first call: mid-epoch 1
+    assert torch.equal(jumped, batches[7])
+    assert torch.equal(torch.get_rng_state(), rng_before)  # drawing batches left the global generator alone
+    assert sorted(torch.cat(batches[:5]).tolist()) == list(range(20))  # an epoch is a permutation ...
+    assert not torch.equal(torch.cat(batches[:5]), torch.cat(batches[5:10]))  # ... a new one each epoch
+    other_seed = [StepBatches(_shuffling_loader(), seed=1)(s)[0] for s in range(5)]
+    assert not torch.equal(torch.cat(other_seed), torch.cat(batches[:5]))
