@@ -7,7 +7,11 @@ Implements Vaswani et al. (2017), "Attention Is All You Need", §3.2: equation (
 and multi-head attention (§3.2.2). Masks follow ``torch.nn.functional.scaled_dot_product_attention``:
 a boolean ``attn_mask`` is True where a query may attend to a key; a float mask is added to the
 scores. Masked scores become ``-inf`` (never a literal like -1e9, which does not fit in float16),
-and a query whose every key is masked gets zero weights and a zero output instead of NaN.
+and a query whose every key is masked gets zero weights and a zero output instead of NaN. Q is
+scaled by 1/sqrt(d_k) before the product, not after, so large activations do not overflow float16.
+Inputs that would otherwise compute a wrong answer quietly are refused with a message: integer q, k
+or v, an integer mask or a float mask of only 0s and 1s (meant as "may attend", but added to the
+scores it hides nothing), dimensions that only broadcast by accident.
 
 Leaves out: positional information and the layers around attention (``layers``), fused kernels
 other than PyTorch's own SDPA (chapter 10).
@@ -22,24 +26,74 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+_MASK_RULES = ("a bool mask is True where a query may attend to a key; a float mask is added to the scores "
+               "(0 to attend, -inf to block)")
+
+
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Refuse inputs the computation would get wrong without an error (integers, a mix of dtypes,
+    leading dimensions that only line up by accident), or that PyTorch would reject deep inside."""
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}: integer scores and weights "
+                            "would round to nothing (embed token ids first, or convert with .float())")
         if t.dim() < 2:
             raise ValueError(f"{name} must have shape (..., T, hs), got {tuple(t.shape)}")
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}; cast them to one")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}")
+    if not q.dim() == k.dim() == v.dim():
+        raise ValueError(f"q, k and v must have the same number of dimensions, got {shapes}: a missing dimension "
+                         "would be broadcast against the wrong one (to share k or v across heads, give it a "
+                         "dimension of size 1, e.g. k.unsqueeze(1))")
+    if q.shape[-1] == 0:
+        raise ValueError(f"the head size (last dimension of q and k) must be at least 1, got {shapes}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k need the same head size: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v need the same number of keys: k {tuple(k.shape)}, v {tuple(v.shape)}")
-
-
-def _check_mask(mask: Tensor, scores_shape: torch.Size, name: str = "attn_mask") -> None:
     try:
-        torch.broadcast_shapes(mask.shape, scores_shape)
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
+        raise ValueError(f"the leading (batch, head) dimensions of {shapes} do not match or broadcast") from None
+
+
+def _looks_like_a_0_1_mask(mask: Tensor) -> bool:
+    """A float mask of only 0s and 1s, with a 1: almost surely meant as "1 = may attend". Reading the
+    answer back is a host sync on a GPU; float masks are rare in the course (bool masks cost nothing)."""
+    return bool((((mask == 0) | (mask == 1)).all() & (mask == 1).any()).item())
+
+
+def _check_mask(mask: Tensor, scores_shape: torch.Size, device: torch.device, name: str = "attn_mask") -> None:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"{name} has dtype {mask.dtype}, which is ambiguous: {_MASK_RULES}. Added to the scores, a "
+                        f"0/1 integer mask would leave every key visible; for 1 = may attend, pass {name}.bool()")
+    if mask.device != device:
+        raise ValueError(f"{name} is on {mask.device} but the attention inputs are on {device}; move it with .to()")
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != scores_shape:  # not broadcastable, or it would add dimensions to the output
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"{tuple(scores_shape)} = (..., T_query, T_key)"
-        ) from None
+        )
+    if 2 < mask.dim() < len(scores_shape):
+        # e.g. (B, Tq, Tk) against (B, H, Tq, Tk): broadcasting would match B with H, silently
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} has fewer dimensions than the attention scores "
+                         f"{tuple(scores_shape)}, so its leading dimension would be matched to the wrong one; give it "
+                         f"all {len(scores_shape)} (size 1 where it is shared, e.g. {name}[:, None] for one mask per "
+                         "sequence shared by every head) or just (T_query, T_key)")
+    if mask.dtype != torch.bool and not torch.compiler.is_compiling() and _looks_like_a_0_1_mask(mask):
+        raise ValueError(f"{name} is a float mask of only 0s and 1s, which would be added to the scores and hide "
+                         f"nothing: {_MASK_RULES}. For 1 = may attend, pass {name}.bool()")
 
 
 def causal_mask(t_query: int, t_key: int | None = None, device: torch.device | str | None = None) -> Tensor:
@@ -60,20 +114,33 @@ def scaled_dot_product_attention(
     """Attention written out: returns ``(output, weights)``.
 
     q: (..., Tq, hs), k: (..., Tk, hs), v: (..., Tk, hv) -> output (..., Tq, hv), weights (..., Tq, Tk).
-    ``weights`` are the probabilities actually applied to ``v`` (after dropout, if any). Like
-    PyTorch's function, dropout is applied whenever ``dropout_p > 0``: pass 0 in evaluation.
+    q, k and v are floating point, of one dtype, device and number of dimensions. ``weights`` are the
+    probabilities actually applied to ``v`` (after dropout, if any). Like PyTorch's function, dropout
+    is applied whenever ``dropout_p > 0``: pass 0 in evaluation. An integer ``attn_mask``, or a float
+    one of only 0s and 1s, is refused: use ``mask.bool()`` (True = may attend).
     """
     _check_qkv(q, k, v)
     if is_causal and attn_mask is not None:
         raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if attn_mask is not None:
+        scores_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+        _check_mask(attn_mask, scores_shape, q.device)
+    return _attend(q, k, v, attn_mask, is_causal, dropout_p, scale)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool, dropout_p: float,
+            scale: float | None) -> tuple[Tensor, Tensor]:
+    """The computation of :func:`scaled_dot_product_attention`, on inputs already checked."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Tq, hs) x (..., hs, Tk) -> (..., Tq, Tk)
+    # Scale q before the product, not the product after: in float16, q @ kᵀ alone can pass 65504 (inf)
+    # where the scaled scores are fine. (MultiHeadAttention keeps as much for the backward pass as
+    # before: matmul saves copies of its non-contiguous head views either way.)
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., Tq, hs) x (..., hs, Tk) -> (..., Tq, Tk)
     if is_causal:
         attn_mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
     if attn_mask is not None:
-        _check_mask(attn_mask, scores.shape)
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
@@ -99,7 +166,8 @@ class MultiHeadAttention(nn.Module):
 
     Masks: ``attn_mask`` as in :func:`scaled_dot_product_attention` (boolean True = may attend),
     shaped (Tq, Tk) or (B, H, Tq, Tk) or anything that broadcasts to it; ``key_padding_mask`` (B, Tk)
-    is True at *padding* keys, which are ignored (the convention of ``nn.MultiheadAttention``).
+    is a bool tensor, True at *padding* keys, which are ignored (the convention of
+    ``nn.MultiheadAttention``'s boolean masks; other dtypes are refused, as their meaning is ambiguous).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, fused: bool = True):
@@ -144,14 +212,35 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None) -> None:
         for name, t in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(t, Tensor) or not t.is_floating_point():
+                raise TypeError(f"{name} must be a floating-point tensor (B, T, {self.d_model}), got "
+                                f"{getattr(t, 'dtype', type(t).__name__)}: embed token ids before attention")
             if t.dim() != 3 or t.shape[-1] != self.d_model:
                 raise ValueError(f"{name} must have shape (B, T, {self.d_model}), got {tuple(t.shape)}")
+            if t.device != query.device:
+                raise ValueError(f"query, key and value must be on one device, got {query.device} and {t.device}")
         if key.shape[:2] != value.shape[:2] or key.shape[0] != query.shape[0]:
             raise ValueError(f"query {tuple(query.shape)}, key {tuple(key.shape)} and value "
                              f"{tuple(value.shape)} must share B, and key and value T")
-        if key_padding_mask is not None and key_padding_mask.shape != key.shape[:2]:
+        weight_dtype = self.in_proj_weight.dtype
+        if len({query.dtype, key.dtype, value.dtype, weight_dtype}) > 1 and not torch.is_autocast_enabled(
+                query.device.type):  # autocast casts them to one dtype itself
+            raise TypeError(f"query ({query.dtype}), key ({key.dtype}), value ({value.dtype}) and the weights "
+                            f"({weight_dtype}) must share one dtype: convert the inputs or the module "
+                            "(module.to(dtype)), or run under torch.autocast")
+        if key_padding_mask is None:
+            return
+        if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+            # nn.MultiheadAttention adds a float key_padding_mask to the scores; a 0/1 one could mean
+            # "1 = padding" or "1 = real token" (Hugging Face's attention_mask): refuse, don't guess.
+            raise TypeError(f"key_padding_mask must be a bool tensor, True at padding keys, got "
+                            f"{getattr(key_padding_mask, 'dtype', type(key_padding_mask).__name__)}; for a 0/1 "
+                            "mask with 1 at padding pass mask.bool(), for one with 1 at real tokens pass mask == 0")
+        if key_padding_mask.shape != key.shape[:2]:
             raise ValueError(f"key_padding_mask must have shape (B, T_key) = {tuple(key.shape[:2])}, "
                              f"got {tuple(key_padding_mask.shape)}")
+        if key_padding_mask.device != key.device:
+            raise ValueError(f"key_padding_mask is on {key_padding_mask.device} but key is on {key.device}")
 
     def forward(
         self,
@@ -175,23 +264,22 @@ class MultiHeadAttention(nn.Module):
         if self._fused and not need_weights:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal_only)
             weights = None
-        else:
-            y, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                      is_causal=causal_only)
+        else:  # the masks were checked in _combine_masks: skip the public function's second check
+            y, weights = _attend(q, k, v, mask, causal_only, dropout_p, scale=None)
         return self.out_proj(self.merge_heads(y)), weights  # (B, H, Tq, hs) -> (B, Tq, C)
 
     @staticmethod
     def _combine_masks(attn_mask, key_padding_mask, is_causal, scores_shape, device) -> Tensor | None:
         """One mask for (B, H, Tq, Tk) from the three ways of masking; None if nothing is masked."""
         if attn_mask is not None:
-            _check_mask(attn_mask, scores_shape)
+            _check_mask(attn_mask, scores_shape, device)
         if key_padding_mask is None and not (is_causal and attn_mask is not None):
             return attn_mask
         allowed = torch.ones(scores_shape[-2:], dtype=torch.bool, device=device)
         if is_causal:
             allowed = causal_mask(*scores_shape[-2:], device=device)
         if key_padding_mask is not None:
-            allowed = allowed & ~key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, Tk) -> (B, 1, 1, Tk)
+            allowed = allowed & ~key_padding_mask[:, None, None, :]  # (B, Tk) -> (B, 1, 1, Tk)
         if attn_mask is None:
             return allowed
         if attn_mask.dtype == torch.bool:

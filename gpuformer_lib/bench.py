@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import numbers
 import os
 import re
 import statistics
@@ -31,6 +33,22 @@ from typing import Callable, Iterator
 import torch
 
 from gpuformer_lib import gpu
+
+# --------------------------------------------------------------------------- checks of arguments
+
+
+def _check_count(name: str, value, least: int) -> None:
+    """Sizes and repeat counts are ints: a float would give a float FLOP count or a wrong loop, silently."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+
+
+def _check_positive(**values: float) -> None:
+    """Times, rates and peaks are finite numbers > 0: a NaN or a negative one would pass through every formula."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+
 
 # --------------------------------------------------------------------------- timing
 
@@ -56,6 +74,10 @@ class Timing:
     warmup: int
     number: int
     """Calls per repeat; each entry of ``times`` is the repeat's time divided by this."""
+
+    def __post_init__(self):
+        if not self.times:
+            raise ValueError("a Timing needs at least one measured time (times is empty)")
 
     @property
     def median(self) -> float:
@@ -90,8 +112,11 @@ def time_fn(
     after synchronizing. ``max_seconds`` stops repeating early (after at least 3 repeats) once that
     much time has been spent, so slow sizes do not blow a notebook's time budget.
     """
-    if warmup < 0 or repeats < 1 or number < 1:
-        raise ValueError(f"need warmup >= 0, repeats >= 1, number >= 1; got {warmup}, {repeats}, {number}")
+    if not callable(fn):
+        raise TypeError(f"time_fn times a function called with no arguments, got {type(fn).__name__}: "
+                        "wrap the work in a lambda, time_fn(lambda: model(x))")
+    for name, value, least in (("warmup", warmup, 0), ("repeats", repeats, 1), ("number", number, 1)):
+        _check_count(name, value, least)
     use_events = device is not None and torch.device(device).type == "cuda"
     for _ in range(warmup):
         fn()
@@ -114,8 +139,8 @@ def time_fn(
 
 def speedup(time_before: float, time_after: float) -> float:
     """How many times faster 'after' is: time before / time after (2.0 means twice as fast)."""
-    if time_before <= 0 or time_after <= 0:
-        raise ValueError(f"times must be positive, got before={time_before}, after={time_after}")
+    if not all(isinstance(t, numbers.Real) and 0 < t < math.inf for t in (time_before, time_after)):
+        raise ValueError(f"times must be positive (and finite), got before={time_before}, after={time_after}")
     return time_before / time_after
 
 
@@ -124,6 +149,8 @@ def speedup(time_before: float, time_after: float) -> float:
 
 def matmul_flops(m: int, n: int, k: int) -> int:
     """Floating-point operations of an (M, K) @ (K, N) product: M*N*K multiply-adds, 2 FLOPs each."""
+    for name, value in (("m", m), ("n", n), ("k", k)):
+        _check_count(name, value, 0)
     return 2 * m * n * k
 
 
@@ -160,6 +187,9 @@ def measure_matmul(
     ``tf32=True`` with ``torch.float32`` lets a GPU of compute capability >= 8.0 use TF32 tensor
     cores (10-bit mantissa products, float32 range and accumulation).
     """
+    _check_count("n", n, 1)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype such as torch.float16, got {dtype!r}")
     if tf32 and dtype != torch.float32:
         raise ValueError("tf32=True applies to float32 inputs only")
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -174,6 +204,7 @@ def measure_matmul(
 
 def measure_copy_bandwidth(nbytes: int, device: torch.device | str, *, repeats: int = 10) -> float:
     """Bytes per second of a device-to-device copy of ``nbytes``, counting bytes read plus written."""
+    _check_count("nbytes", nbytes, 1)
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
     dst = torch.empty_like(src)
     timing = time_fn(lambda: dst.copy_(src), device=device, warmup=3, repeats=repeats, max_seconds=2.0)
@@ -186,6 +217,7 @@ def measure_transfer_bandwidth(
     """Bytes per second copied from host memory to a GPU (pinned or pageable host memory)."""
     if torch.device(device).type != "cuda":
         raise ValueError(f"host-to-device transfers need a CUDA device, not {device}")
+    _check_count("nbytes", nbytes, 1)
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).random_()
     dst = torch.empty(nbytes, dtype=torch.uint8, device=device)
     timing = time_fn(lambda: dst.copy_(host, non_blocking=pinned), device=device, warmup=2,
@@ -245,6 +277,9 @@ def known_gpus() -> list[GpuPeak]:
 
 def lookup_gpu_peak(gpu_name: str) -> GpuPeak | None:
     """The datasheet peaks for a GPU name as the driver reports it, or None if it is not in the table."""
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be the GPU's name as a string (torch.cuda.get_device_name()), "
+                        f"got {gpu_name!r}")
     for pattern, peak in _GPU_PEAKS:
         if re.search(pattern, gpu_name, flags=re.IGNORECASE):
             return peak
@@ -291,13 +326,13 @@ def peak_flops(dtype: torch.dtype, device: torch.device | str | None = None, *, 
 
 def attainable_flops(intensity: float, peak_flops: float, bandwidth: float) -> float:
     """The roofline: FLOP/s reachable at ``intensity`` FLOP/byte, min(peak, intensity * bandwidth)."""
-    if intensity <= 0 or peak_flops <= 0 or bandwidth <= 0:
-        raise ValueError("intensity, peak_flops and bandwidth must all be positive")
+    _check_positive(intensity=intensity, peak_flops=peak_flops, bandwidth=bandwidth)
     return min(peak_flops, intensity * bandwidth)
 
 
 def ridge_intensity(peak_flops: float, bandwidth: float) -> float:
     """FLOP/byte where the roofline turns: below it an operation is memory-bound, above compute-bound."""
+    _check_positive(peak_flops=peak_flops, bandwidth=bandwidth)
     return peak_flops / bandwidth
 
 
@@ -305,6 +340,9 @@ def ridge_intensity(peak_flops: float, bandwidth: float) -> float:
 
 
 def format_seconds(seconds: float) -> str:
+    """``format_seconds(0.0123) -> '12.3 ms'``; a negative duration keeps its sign."""
+    if seconds < 0:
+        return "-" + format_seconds(-seconds)
     for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
@@ -324,8 +362,7 @@ def format_rate(value: float, unit: str) -> str:
 
 def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> float:
     """Model FLOPs utilisation: the model's FLOPs per second over the hardware's dense peak."""
-    if seconds_per_step <= 0 or peak_flops <= 0:
-        raise ValueError("seconds_per_step and peak_flops must be positive")
+    _check_positive(flops_per_step=flops_per_step, seconds_per_step=seconds_per_step, peak_flops=peak_flops)
     return flops_per_step / seconds_per_step / peak_flops
 
 

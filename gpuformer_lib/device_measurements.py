@@ -20,6 +20,7 @@ Leaves out: the timing loop (``bench.time_fn``), the profile and the choices eve
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 from typing import Callable, Sequence
 
@@ -33,10 +34,20 @@ EMULATED_MAX_SIZE = 256
 """Largest n of an n x n x n product timed in an emulated format (it runs at a few GFLOP/s)."""
 
 
+def _check_dtype(dtype) -> None:
+    if not isinstance(dtype, torch.dtype):  # a string such as "float16" would be no 16-bit format: silently False
+        raise TypeError(f"dtype must be a torch.dtype such as torch.float16, got {dtype!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def is_emulated(dtype: torch.dtype, device: torch.device | str) -> bool:
     """Whether ``dtype`` arithmetic is emulated (slow) on ``device``: 16-bit formats on a CPU. float16
     always (its CPU matrix products run at a few GFLOP/s: chapter 1 measures it), bfloat16 unless the
     CPU has native bf16 instructions (AVX512-BF16 or AMX). GPUs and float32/float64 never count."""
+    _check_dtype(dtype)
     if torch.device(device).type != "cpu" or dtype not in (torch.float16, torch.bfloat16):
         return False
     return dtype == torch.float16 or not _cpu_has_native_bf16()
@@ -55,6 +66,7 @@ class MatmulFormat:
     """Emulated on the computing device (:func:`is_emulated`): time small sizes only."""
 
     def __post_init__(self):
+        _check_dtype(self.dtype)
         if self.tf32 and self.dtype != torch.float32:
             raise ValueError(f"tf32=True applies to float32 inputs only, not {self.dtype}")
 
@@ -91,8 +103,8 @@ def host_to_device_bandwidth(nbytes: int, device: torch.device | str, *, pinned:
     (``bench.measure_transfer_bandwidth``). Rehearsing a GPU profile on the CPU, the stand-in copies
     host to host (pageable either way: without a GPU there is no pinned allocator), timed the same way,
     so the calling code runs; the number is the CPU's memory bandwidth, not a PCIe link's."""
-    if nbytes < 1:
-        raise ValueError(f"nbytes must be at least 1, got {nbytes}")
+    if not _is_int(nbytes) or nbytes < 1:
+        raise ValueError(f"nbytes must be an int >= 1, got {nbytes!r}")
     device = torch.device(device)
     if device.type == "cuda":
         return bench.measure_transfer_bandwidth(nbytes, device, pinned=pinned, repeats=repeats)
@@ -128,8 +140,9 @@ class KernelRate:
     flops: int = 0
 
     def __post_init__(self):
-        if not self.milliseconds > 0 or self.nbytes < 1 or self.flops < 0:
-            raise ValueError(f"{self.name}: need milliseconds > 0, nbytes >= 1 and flops >= 0; got "
+        if (not self.milliseconds > 0 or not _is_int(self.nbytes) or self.nbytes < 1 or not _is_int(self.flops)
+                or self.flops < 0):
+            raise ValueError(f"{self.name}: need milliseconds > 0, int nbytes >= 1 and int flops >= 0; got "
                              f"{self.milliseconds}, {self.nbytes}, {self.flops}")
 
     @property
@@ -230,8 +243,8 @@ def readback_cost(step: Callable[[], torch.Tensor], device: torch.device | str, 
     the tensors and reading them all at the end, which lets the host queue the next step while the GPU
     works. On a CPU both are the same (every operation is synchronous): under rehearsal it shows the
     code runs, not the effect."""
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps}, {warmup}")
+    if not (_is_int(steps) and _is_int(warmup)) or steps < 1 or warmup < 0:
+        raise ValueError(f"need ints steps >= 1 and warmup >= 0, got {steps!r}, {warmup!r}")
 
     def run(read_every_step: bool, n: int) -> float:
         losses = []
@@ -239,6 +252,9 @@ def readback_cost(step: Callable[[], torch.Tensor], device: torch.device | str, 
         start = time.perf_counter()
         for _ in range(n):
             loss = step()
+            if not torch.is_tensor(loss):
+                raise TypeError(f"step() must return the loss tensor (not read back), got {type(loss).__name__}: "
+                                "return loss, not loss.item()")
             losses.append(loss.item() if read_every_step else loss.detach())
         [float(x) for x in losses]  # the deferred reads: one wait at the end
         bench.synchronize(device)

@@ -119,6 +119,24 @@ def _check_tensors(*tensors: torch.Tensor) -> None:
         if _TRITON_MODE == "interpreted" and t.dtype == torch.bfloat16:
             raise ValueError("Triton's interpreter computes with NumPy, which has no bfloat16, and gets bfloat16 "
                              "wrong: use float32 or float16 on the CPU, and bfloat16 on a GPU")
+    if len({t.device for t in tensors}) > 1:
+        raise ValueError(f"the tensors must be on one device, got {', '.join(str(t.device) for t in tensors)}")
+
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _check_float(name: str, t: torch.Tensor) -> None:
+    """The softmax and matmul kernels compute in float32 and store in the input's dtype: 16- and 32-bit floats."""
+    if t.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"{name} is {t.dtype}; this kernel takes float16, bfloat16 or float32 (it computes in "
+                         "float32): convert with .float(), or use PyTorch's own op for other dtypes")
+
+
+def _check_power_of_two(name: str, value, least: int = 1) -> None:
+    """Block sizes (``tl.arange``'s length) and warp counts must be powers of two."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least or value & (value - 1):
+        raise ValueError(f"{name}={value!r} must be a power of two (an int), at least {least}")
 
 
 # --------------------------------------------------------------------------- Triton kernels
@@ -174,6 +192,7 @@ if triton is not None:
 def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
     """x + y with :func:`add_kernel`: one program per ``block_size`` elements."""
     _check_tensors(x, y)
+    _check_power_of_two("block_size", block_size)
     if x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(f"x and y need one shape and dtype, got {tuple(x.shape)} {x.dtype} and {tuple(y.shape)} {y.dtype}")
     x, y = x.contiguous(), y.contiguous()
@@ -186,8 +205,9 @@ def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torc
 def strided_copy(x: torch.Tensor, stride: int, block_size: int = 1024) -> torch.Tensor:
     """out[i] = x[(i * stride) % n] for a 1-D tensor: stride 1 is a plain, coalesced copy."""
     _check_tensors(x)
-    if x.dim() != 1 or stride < 1:
-        raise ValueError(f"need a 1-D tensor and stride >= 1, got shape {tuple(x.shape)} and stride {stride}")
+    _check_power_of_two("block_size", block_size)
+    if x.dim() != 1 or isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"need a 1-D tensor and an int stride >= 1, got shape {tuple(x.shape)} and stride {stride!r}")
     x = x.contiguous()
     out = torch.empty_like(x)
     strided_copy_kernel[(triton.cdiv(x.numel(), block_size),)](x, out, x.numel(), stride, BLOCK=block_size)
@@ -195,15 +215,23 @@ def strided_copy(x: torch.Tensor, stride: int, block_size: int = 1024) -> torch.
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
-    """Row-wise softmax of a 2-D tensor in one fused kernel: each row is read once and written once."""
+    """Row-wise softmax of a 2-D tensor in one fused kernel: each row is read once and written once.
+
+    Rows may be strided (a row stride other than the row length); the columns of a row must be adjacent
+    in memory, so a transposed or column-strided input is copied first."""
     _check_tensors(x)
     if x.dim() != 2:
         raise ValueError(f"softmax works on a 2-D tensor (rows, columns), got shape {tuple(x.shape)}")
+    _check_float("x", x)
     n_rows, n_cols = x.shape
+    if n_cols == 0:
+        raise ValueError(f"a softmax over no columns has no value, got shape {tuple(x.shape)}")
     block = triton.next_power_of_2(n_cols)
     if block > 65536:
         raise ValueError(f"rows of {n_cols} elements do not fit one program; this kernel handles up to 65,536")
-    out = torch.empty_like(x)
+    if x.stride(1) != 1:  # the kernel steps through a row one element at a time
+        x = x.contiguous()
+    out = torch.empty(n_rows, n_cols, device=x.device, dtype=x.dtype)  # contiguous, whatever x's strides
     num_warps = 4 if block < 2048 else 8 if block < 4096 else 16
     softmax_kernel[(n_rows,)](out, x, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=num_warps)
     return out
@@ -223,9 +251,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 6
         raise ValueError(f"need (M, K) and (K, N) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
     if a.dtype != b.dtype:
         raise ValueError(f"a and b need one dtype, got {a.dtype} and {b.dtype}")
+    _check_float("a", a)
     for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
-        if size < 16 or size & (size - 1):
-            raise ValueError(f"{name}={size} must be a power of two, at least 16")
+        _check_power_of_two(name, size, least=16)
+    _check_power_of_two("num_warps", num_warps)
+    if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
+        raise ValueError(f"num_stages must be an int >= 1, got {num_stages!r}")
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty(M, N, device=a.device, dtype=a.dtype)
@@ -278,10 +309,19 @@ def _compiled_cuda_add():
 
 
 def cuda_add(x: torch.Tensor, y: torch.Tensor, blocks: int = 256, threads: int = 256) -> torch.Tensor:
-    """x + y with the CUDA C kernel above (compiled on first use, which takes a minute)."""
+    """x + y with the CUDA C kernel above (compiled on first use, which takes a minute): float32 tensors of
+    one shape on one GPU, ``threads`` per block (1 to 1024, a multiple of 32 uses whole warps), ``blocks``
+    >= 1 (the grid-stride loop covers any size with any grid)."""
+    if x.shape != y.shape:
+        raise ValueError(f"x and y need one shape, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.dtype != torch.float32 or y.dtype != torch.float32:
+        raise ValueError(f"the CUDA C kernel adds float32 only, got {x.dtype} and {y.dtype}: convert with .float()")
+    for name, value, most in (("threads", threads, 1024), ("blocks", blocks, 2**31 - 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise ValueError(f"{name} must be an int from 1 to {most} (a CUDA launch limit), got {value!r}")
     ok, reason = _cuda_c_support()
     if not ok:
         raise KernelUnavailableError(f"The CUDA C kernel cannot be compiled here: it {reason}.")
-    if x.shape != y.shape:
-        raise ValueError(f"x and y need one shape, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.device != y.device or x.device.type != "cuda":
+        raise ValueError(f"x and y must be on one CUDA GPU, got {x.device} and {y.device}: move them with .cuda()")
     return _compiled_cuda_add().add(x, y, blocks, threads)

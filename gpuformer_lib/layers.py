@@ -25,8 +25,24 @@ from gpuformer_lib.attention import MultiHeadAttention
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
+def _check_positive_ints(**values: int) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_activations(x: Tensor, d_model: int, name: str = "x") -> None:
+    """(B, T, C) floating point: checks of shape and dtype only, which cost no host sync on a GPU."""
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor (B, T, {d_model}), got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}: embed token ids first")
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} must have shape (B, T, {d_model}), got {tuple(x.shape)}")
+
+
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     """(max_len, d_model): PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(same)."""
+    _check_positive_ints(max_len=max_len, d_model=d_model)
     if d_model % 2:
         raise ValueError(f"sinusoidal encodings need an even d_model, got {d_model}")
     position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
@@ -42,6 +58,7 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int, kind: str = "sinusoidal"):
         super().__init__()
+        _check_positive_ints(d_model=d_model, max_len=max_len)
         self.max_len, self.kind = max_len, kind
         if kind == "sinusoidal":
             self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
@@ -51,6 +68,10 @@ class PositionalEncoding(nn.Module):
             raise ValueError(f"kind must be 'sinusoidal' or 'learned', not {kind!r}")
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_activations(x, self.pe.shape[-1])  # integer x would add a table truncated to integers
+        if x.device != self.pe.device:
+            raise ValueError(f"x is on {x.device} but the positional table is on {self.pe.device}: move the model "
+                             "to the input's device")
         T = x.shape[1]
         if T > self.max_len:
             raise ValueError(f"sequence of {T} tokens is longer than max_len={self.max_len}; "
@@ -85,6 +106,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         """x (B, T, C); padding_mask (B, T), True at padding. Returns (B, T, C)."""
+        _check_activations(x, self.self_attn.d_model)
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), padding_mask)
             return x + self._ff_block(self.norm2(x))
@@ -122,6 +144,10 @@ class DecoderLayer(nn.Module):
     def forward(self, x: Tensor, memory: Tensor, padding_mask: Tensor | None = None,
                 memory_padding_mask: Tensor | None = None) -> Tensor:
         """x (B, T, C) targets; memory (B, S, C) encoder output; masks True at padding."""
+        _check_activations(x, self.self_attn.d_model)
+        _check_activations(memory, self.self_attn.d_model, "memory")
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(f"x {tuple(x.shape)} and memory {tuple(memory.shape)} must have the same batch size B")
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), padding_mask)
             x = x + self._ca_block(self.norm2(x), memory, memory_padding_mask)

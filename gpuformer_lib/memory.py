@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import numbers
 from typing import Callable, ContextManager, Iterator
 
 import torch
@@ -31,6 +33,13 @@ from gpuformer_lib.profiles import DeviceProfile, rehearsal_name
 
 # bytes of optimizer state per parameter, for states kept in float32
 _OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd_momentum": 4, "adam": 8, "adamw": 8}
+
+
+def _check_int(name: str, value, least: int) -> None:
+    """Counts and byte sizes are ints: 2.5 bytes or a negative layer count would give a wrong total, silently."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        hint = f" (write {int(value):_})" if isinstance(value, float) and value.is_integer() and value >= least else ""
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}{hint}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +90,11 @@ def layer_activation_bytes(*, d_model: int, n_heads: int, seq_len: int, batch_si
     the 16-bit copies of the layer's weights that autocast makes and keeps for the backward pass.
     This is Korthikanti et al. (2022)'s count, 34 T B C + 5 H T^2 B bytes at 16 bits with dropout.
     """
+    for name, value in (("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len), ("batch_size", batch_size),
+                        ("activation_bytes", activation_bytes), ("d_ff", 1 if d_ff is None else d_ff)):
+        _check_int(name, value, 1)
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}: no such model can be built")
     C, H, T, B = d_model, n_heads, seq_len, batch_size
     F = 4 * C if d_ff is None else d_ff
     residual = 4 if autocast else activation_bytes
@@ -140,10 +154,15 @@ def training_memory(
     """
     if optimizer not in _OPTIMIZER_STATE_BYTES:
         raise ValueError(f"optimizer must be one of {sorted(_OPTIMIZER_STATE_BYTES)}, not {optimizer!r}")
-    if n_params < 0 or min(shard_optimizer, shard_gradients, shard_weights) < 1:
-        raise ValueError("n_params must be >= 0 and every shard count >= 1")
-    if n_layers and min(d_model, n_heads, seq_len, batch_size) < 1:
-        raise ValueError("activations need d_model, n_heads, seq_len and batch_size (all >= 1) with n_layers")
+    _check_int("n_params", n_params, 0)
+    _check_int("n_layers", n_layers, 0)
+    for name, value in (("param_bytes", param_bytes), ("grad_bytes", 1 if grad_bytes is None else grad_bytes),
+                        ("activation_bytes", activation_bytes), ("shard_optimizer", shard_optimizer),
+                        ("shard_gradients", shard_gradients), ("shard_weights", shard_weights)):
+        _check_int(name, value, 1)
+    if n_layers or count_loss_temporaries:  # both need the batch's sizes (n_layers also d_model and n_heads, below)
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("vocab_size", vocab_size)):
+            _check_int(f"{name} (needed with n_layers or count_loss_temporaries)", value, 1)
     grad_bytes = param_bytes if grad_bytes is None else grad_bytes
     activations = recomputed = 0
     if n_layers:
@@ -173,6 +192,8 @@ def training_memory(
 
 def model_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
     """The bytes actually held by a model's weights, gradients and optimizer state tensors."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model_state_bytes needs an nn.Module (a model), got {type(model).__name__}")
     params = list(model.parameters())
     state = 0
     if optimizer is not None:
@@ -225,6 +246,8 @@ class SavedActivations:
     """
 
     def __init__(self, model: nn.Module | None = None, cap: int | None = None):
+        if cap is not None:
+            _check_int("cap (bytes)", cap, 1)
         self.cap = cap
         self.bytes = 0
         self._seen: set[tuple[str, int]] = set()
@@ -285,8 +308,8 @@ def fit_micro_batch(try_step: Callable[[int], object], batch_size: int, *, min_m
     accumulation doubled, so the optimizer still sees the same batch. Returns ``(micro_batch,
     accumulation_steps)``. Other errors pass through unchanged.
     """
-    if batch_size < 1 or min_micro_batch < 1:
-        raise ValueError("batch_size and min_micro_batch must be at least 1")
+    _check_int("batch_size", batch_size, 1)
+    _check_int("min_micro_batch", min_micro_batch, 1)
     micro = batch_size
     while True:
         failed = None
@@ -348,8 +371,8 @@ def choose_memory_cap(profile: DeviceProfile, device: torch.device | str, small_
     :class:`SavedActivations`). Rehearsing a GPU profile, both: ``small_step`` runs through the stand-ins,
     which measure 0 bytes, so the allocator cap that ``gpu.memory_cap`` checks takes the simulated figure.
     """
-    if margin < 1:
-        raise ValueError(f"margin must be at least 1 (the small step must fit), got {margin}")
+    if not isinstance(margin, numbers.Real) or not 1 <= margin < math.inf:
+        raise ValueError(f"margin must be a finite number >= 1 (the small step must fit), got {margin!r}")
     if small_step_activations < 1:
         raise ValueError(f"small_step_activations must be a positive number of bytes, got {small_step_activations}")
     activation_bytes = int(margin * small_step_activations)

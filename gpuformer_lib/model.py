@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 import torch
 from torch import Tensor, nn
 
 from gpuformer_lib.layers import DecoderLayer, EncoderLayer, LayerStack, PositionalEncoding
+
+
+def _is_int(value) -> bool:
+    """An integer (Python's or NumPy's), not a bool: ``True`` as a size is a mistake, not 1."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +76,18 @@ class TransformerConfig:
     def __post_init__(self):
         positive = ("vocab_size", "d_model", "n_heads", "d_ff", "max_len")
         for name in positive:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
-        if self.src_vocab_size is not None and self.src_vocab_size < 1:
+        if self.src_vocab_size is not None and (not _is_int(self.src_vocab_size) or self.src_vocab_size < 1):
             raise ValueError(f"src_vocab_size must be a positive int or None, got {self.src_vocab_size!r}")
+        if not (_is_int(self.n_encoder_layers) and _is_int(self.n_decoder_layers)):
+            raise ValueError(f"layer counts must be ints, got n_encoder_layers={self.n_encoder_layers!r} and "
+                             f"n_decoder_layers={self.n_decoder_layers!r}")
         if self.n_encoder_layers < 0 or self.n_decoder_layers < 1:
             raise ValueError(f"need n_encoder_layers >= 0 and n_decoder_layers >= 1, got "
                              f"{self.n_encoder_layers} and {self.n_decoder_layers}")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, numbers.Real):
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                              f"try n_heads={math.gcd(self.d_model, self.n_heads)} or a d_model that is a multiple of {self.n_heads}")
@@ -131,6 +142,12 @@ def transformer_flops(config: TransformerConfig, batch_size: int, tgt_len: int, 
     Note: ``torch.utils.flop_counter.FlopCounterMode`` agrees with this on the explicit attention path;
     on the CPU it does not count PyTorch's fused SDPA kernel at all.
     """
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    for name, value, least in (("batch_size", batch_size, 1), ("tgt_len", tgt_len, 1), ("src_len", src_len, 0)):
+        if not _is_int(value) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}"
+                             + (" (src_len=0 means a decoder-only model)" if name == "src_len" else ""))
     C, F, T, S, V = config.d_model, config.d_ff, tgt_len, src_len, config.vocab_size
 
     def self_layer(n: int) -> int:
@@ -148,6 +165,8 @@ def transformer_flops(config: TransformerConfig, batch_size: int, tgt_len: int, 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of parameters, each shared tensor counted once."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"count_parameters needs an nn.Module (a model), got {type(model).__name__}")
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
@@ -157,6 +176,11 @@ class TokenEmbedding(nn.Embedding):
     Initialised with standard deviation C^-1/2, so the scaled vectors have unit size and, when the
     output layer shares these weights, the first logits are of order 1 (nn.Embedding's default,
     N(0, 1), would make them of order sqrt(C) and the first losses far above log(vocab_size)).
+
+    Rank, dtype, device and T >= 1 are checked always (they cost nothing: no data is read). The range of
+    the ids only with ``check_ids`` and outside ``torch.compile``, because it reads the ids back: with it
+    off an id out of range still fails, inside the lookup (an ``IndexError`` on the CPU, a device-side
+    assert on a GPU), never silently.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, check_ids: bool = True):
@@ -177,21 +201,44 @@ class TokenEmbedding(nn.Embedding):
         if ids.dim() != 2:
             raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
         if ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"token ids must be integers (torch.long), got {ids.dtype}")
-        if self._check_ids and not torch.compiler.is_compiling() and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
-            raise ValueError(f"token ids must lie in [0, {self.num_embeddings}), got values from "
-                             f"{int(ids.min())} to {int(ids.max())}: check the vocabulary size in the config")
+            raise ValueError(f"token ids must be integers, torch.long (or int32), got {ids.dtype}: use .long()")
+        if ids.shape[1] == 0:  # attention over no tokens has no answer (and no error to show it)
+            raise ValueError(f"token ids must hold at least one token per sequence, got shape {tuple(ids.shape)}")
+        if ids.device != self.weight.device:
+            raise ValueError(f"token ids are on {ids.device} but the model is on {self.weight.device}: move the ids "
+                             f"with .to('{self.weight.device}')")
+        if self._check_ids and not torch.compiler.is_compiling() and ids.numel():
+            low, high = int(ids.min()), int(ids.max())  # a host sync on a GPU: why check_ids can be turned off
+            if low < 0 or high >= self.num_embeddings:
+                raise ValueError(f"token ids must lie in [0, {self.num_embeddings}), got values from {low} to "
+                                 f"{high}: check the vocabulary size in the config")
         return super().forward(ids) * math.sqrt(self.embedding_dim)
 
 
-def _check_padding_mask(mask: Tensor | None, ids: Tensor, name: str) -> Tensor | None:
+def _check_padding_mask(mask: Tensor | None, like: Tensor, name: str, what: str = "its token ids") -> Tensor | None:
+    """``mask`` must be None or a bool (B, T) tensor with the shape of ``like`` (B, T, ...), on its device."""
     if mask is None:
         return None
-    if mask.shape != ids.shape:
-        raise ValueError(f"{name} must have the shape of its token ids {tuple(ids.shape)}, got {tuple(mask.shape)}")
+    if mask.shape != like.shape[:2]:
+        raise ValueError(f"{name} must have the shape of {what} {tuple(like.shape[:2])}, got {tuple(mask.shape)}")
     if mask.dtype != torch.bool:
         raise ValueError(f"{name} must be a bool tensor, True at padding positions; got {mask.dtype}")
+    if mask.device != like.device:
+        raise ValueError(f"{name} is on {mask.device} but {what} on {like.device}: move it with .to('{like.device}')")
     return mask
+
+
+def _check_memory(memory: Tensor, tgt: Tensor, model_dtype: torch.dtype) -> None:
+    """The encoder's output as ``decode`` needs it: (B, S, C) floats, tgt's batch and device, the model's dtype
+    (or any float dtype under autocast, which casts)."""
+    if memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
+        raise ValueError(f"memory must have shape (B, S, C) with B = {tgt.shape[0]}, got {tuple(memory.shape)}")
+    if memory.device != tgt.device:
+        raise ValueError(f"memory is on {memory.device} but tgt on {tgt.device}: put both on the model's device")
+    if not memory.is_floating_point() or (memory.dtype != model_dtype
+                                          and not torch.is_autocast_enabled(memory.device.type)):
+        raise ValueError(f"memory is {memory.dtype} but the model computes in {model_dtype}: pass the output of "
+                         "model.encode(src) (or convert it with .to(dtype))")
 
 
 class Transformer(nn.Module):
@@ -227,8 +274,8 @@ class Transformer(nn.Module):
                tgt_padding_mask: Tensor | None = None) -> Tensor:
         """Target ids (B, T) and memory (B, S, C) -> logits (B, T, vocab_size); position t sees targets <= t."""
         tgt_padding_mask = _check_padding_mask(tgt_padding_mask, tgt, "tgt_padding_mask")
-        if memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
-            raise ValueError(f"memory must have shape (B, S, C) with B = {tgt.shape[0]}, got {tuple(memory.shape)}")
+        _check_memory(memory, tgt, self.generator.weight.dtype)
+        src_padding_mask = _check_padding_mask(src_padding_mask, memory, "src_padding_mask", "the memory")
         x = self.dropout(self.tgt_pos(self.tgt_embed(tgt)))
         x = self.decoder(x, memory, padding_mask=tgt_padding_mask, memory_padding_mask=src_padding_mask)
         return self.generator(x)  # (B, T, C) -> (B, T, vocab_size)

@@ -19,9 +19,11 @@ Leaves out: the model code (``model``), the training loop (``train``), the data 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 from gpuformer_lib.device import SizePreset
 from gpuformer_lib.model import TransformerConfig
+
 
 ASSUMED_MFU = 0.15
 """Share of the datasheet peak a small Transformer's training step reaches on one GPU (an assumption,
@@ -43,13 +45,22 @@ class RunSize:
     """Peak learning rate."""
 
     def __post_init__(self):
+        if not isinstance(self.config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(self.config).__name__}")
         for name in ("batch_size", "seq_len", "steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if self.seq_len > self.config.max_len:
             raise ValueError(f"seq_len={self.seq_len} is longer than the model's max_len={self.config.max_len}")
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+
+
+def _check_preset(preset) -> None:
+    if not isinstance(preset, SizePreset):
+        raise TypeError(f"preset must be a SizePreset, got {preset!r}: take profiles.size_preset(profile), or "
+                        "SizePreset('cpu', 'why')")
 
 
 def translation_run(preset: SizePreset, src_vocab_size: int, tgt_vocab_size: int, max_len: int = 24) -> RunSize:
@@ -58,6 +69,7 @@ def translation_run(preset: SizePreset, src_vocab_size: int, tgt_vocab_size: int
     at ``gpu`` sizes is 0.43 TFLOP (``transformer_flops``, sequences padded to ``max_len``): 4000 steps
     are 1.7 PFLOP, about 12 s on an H100 in bf16 at 15 % of its peak; ``gpu-small``'s 3000 steps
     (0.34 PFLOP) about 35 s on a T4 in fp16."""
+    _check_preset(preset)
     config = TransformerConfig(
         vocab_size=tgt_vocab_size, src_vocab_size=src_vocab_size,
         d_model=preset.pick(cpu=128, gpu=512, gpu_small=256), n_heads=preset.pick(cpu=4, gpu=8),
@@ -73,6 +85,7 @@ def char_lm_run(preset: SizePreset, vocab_size: int) -> RunSize:
     (``transformer_flops``): 3000 steps are 3.5 PFLOP, about 24 s on an H100 in bf16 at 15 % of its
     989 TFLOP/s. A T4 (``gpu-small``) trains in fp16, 65 TFLOP/s peak: at 15 % that is 9.8 TFLOP/s, so
     1500 steps (1.7 PFLOP) take about 3 minutes, within its notebook's 15."""
+    _check_preset(preset)
     config = TransformerConfig(
         vocab_size=vocab_size, d_model=preset.pick(cpu=128, gpu=384), n_heads=preset.pick(cpu=4, gpu=6),
         n_decoder_layers=preset.pick(cpu=2, gpu=6), d_ff=preset.pick(cpu=512, gpu=1536),

@@ -65,6 +65,15 @@ class DeviceProfile:
     def __post_init__(self):
         if self.kind not in ("cpu", "cuda", "mps"):
             raise ValueError(f"kind must be 'cpu', 'cuda' or 'mps', not {self.kind!r}")
+        if isinstance(self.gpu_count, bool) or not isinstance(self.gpu_count, int) or self.gpu_count < 0:
+            raise ValueError(f"profile {self.name!r}: gpu_count must be an int >= 0, got {self.gpu_count!r}")
+        if self.memory_gib is not None and not 0 < self.memory_gib < float("inf"):
+            raise ValueError(f"profile {self.name!r}: memory_gib must be a positive number of GiB or None, got "
+                             f"{self.memory_gib!r}")
+        cc = self.compute_capability
+        if cc is not None and not (isinstance(cc, tuple) and len(cc) == 2 and all(isinstance(v, int) for v in cc)):
+            raise ValueError(f"profile {self.name!r}: compute_capability must be (major, minor) ints such as (8, 0), "
+                             f"got {cc!r}")
         if self.kind == "cuda" and (self.gpu_count < 1 or self.memory_gib is None or self.compute_capability is None):
             raise ValueError(f"profile {self.name!r}: a CUDA profile needs gpu_count >= 1, memory_gib and "
                              "compute_capability")
@@ -181,8 +190,15 @@ def current_profile(device: str | torch.device | None = None) -> DeviceProfile:
     return describe_device(device)
 
 
+def _check_profile(profile) -> None:
+    if not isinstance(profile, DeviceProfile):
+        raise TypeError(f"profile must be a DeviceProfile, got {profile!r}: take current_profile(), or a named one "
+                        "such as PROFILES['t4']")
+
+
 def compute_device(profile: DeviceProfile, device: str | torch.device | None = None) -> torch.device:
     """Where tensors go: the CPU under rehearsal, else :func:`~gpuformer_lib.device.pick_device`."""
+    _check_profile(profile)
     return torch.device("cpu") if profile.rehearsal else pick_device(device)
 
 
@@ -193,6 +209,7 @@ def low_precision_dtype(profile: DeviceProfile) -> torch.dtype | None:
     """The 16-bit format a GPU computes fastest in: bf16 with native support, else fp16 on a GPU with fp16
     tensor cores (a T4: ``torch.cuda.is_bf16_supported()`` says True there because it counts emulation).
     On a CPU: bf16 when native, else None (stay in float32: emulated 16-bit is slower)."""
+    _check_profile(profile)
     if profile.bf16:
         return torch.bfloat16
     if profile.on_gpu and profile.fp16_tensor_cores:
@@ -203,6 +220,7 @@ def low_precision_dtype(profile: DeviceProfile) -> torch.dtype | None:
 def training_precision(profile: DeviceProfile) -> str:
     """``TrainConfig.precision`` for a training run: ``bf16`` or ``fp16`` (with a loss scaler) on a GPU,
     ``fp32`` on a CPU (where the models are small and autocast only adds casts)."""
+    _check_profile(profile)
     if not profile.on_gpu:
         return "fp32"
     dtype = low_precision_dtype(profile)
@@ -212,6 +230,7 @@ def training_precision(profile: DeviceProfile) -> str:
 def compute_dtype(profile: DeviceProfile) -> torch.dtype:
     """dtype for tensors a notebook creates to time or demonstrate a kernel: the fast 16-bit format on a
     GPU, float32 on a CPU."""
+    _check_profile(profile)
     return (low_precision_dtype(profile) or torch.float32) if profile.on_gpu else torch.float32
 
 
@@ -221,6 +240,7 @@ GPU_PRESET_MIN_GIB = 24.0
 
 def preset_name(profile: DeviceProfile) -> str:
     """The size preset for a profile, by memory: ``gpu`` from 24 GiB, ``gpu-small`` below and on MPS."""
+    _check_profile(profile)
     if profile.kind == "cpu":
         return "cpu"
     if profile.kind == "mps" or profile.memory_gib < GPU_PRESET_MIN_GIB:
@@ -231,6 +251,7 @@ def preset_name(profile: DeviceProfile) -> str:
 def size_preset(profile: DeviceProfile, name: str | None = None) -> SizePreset:
     """The :class:`~gpuformer_lib.device.SizePreset` for a profile; under rehearsal it is named for the
     profile but picks the CPU (toy) sizes. ``name`` or ``$GPUFORMER_PRESET`` override the choice."""
+    _check_profile(profile)
     if name is None and os.environ.get(PRESET_ENV):
         name, reason = os.environ[PRESET_ENV], f"set by ${PRESET_ENV}"
     elif name is not None:
@@ -248,8 +269,9 @@ def data_parallel_world(profile: DeviceProfile, global_batch: int) -> tuple[int,
     """(processes, backend) for data-parallel runs of ``global_batch`` samples: the largest number of GPUs
     that divides the batch, with NCCL, when there are two or more GPUs; otherwise 2 CPU processes with gloo.
     (3, 5, 6 or 7 GPUs do not all divide a batch of 8; taking every GPU would break the run.)"""
-    if global_batch < 1:
-        raise ValueError(f"global_batch must be >= 1, got {global_batch}")
+    _check_profile(profile)
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise ValueError(f"global_batch must be an int >= 1, got {global_batch!r}")
     if profile.on_gpu and profile.gpu_count >= 2:
         world = max(n for n in range(1, profile.gpu_count + 1) if global_batch % n == 0)
         if world >= 2:  # rehearsed: the same number of processes, on the CPU with gloo
@@ -261,8 +283,9 @@ def collective_backend(profile: DeviceProfile, processes: int) -> str:
     """The ``torch.distributed`` backend for ``processes`` processes on one node: NCCL when each can have
     a GPU of its own, else gloo (CPU processes). Rehearsing a GPU profile always gives gloo: the profile's
     GPUs are not really there, so its processes run on the CPU."""
-    if processes < 1:
-        raise ValueError(f"processes must be >= 1, got {processes}")
+    _check_profile(profile)
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be an int >= 1, got {processes!r}")
     if profile.on_gpu and not profile.rehearsal and profile.gpu_count >= processes:
         return "nccl"
     return "gloo"

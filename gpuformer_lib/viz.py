@@ -12,9 +12,11 @@ Leaves out: the roofline arithmetic itself (``bench``).
 from __future__ import annotations
 
 import io
+import math
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 
 class _PlainText:
@@ -60,8 +62,14 @@ def plot_roofline(
     compute roofs as ``(label, flops)``; ``points`` places operations as
     ``(label, intensity, achieved_flops)``.
     """
-    if peak_flops <= 0 or bandwidth <= 0:
-        raise ValueError("peak_flops and bandwidth must be positive")
+    if not (0 < peak_flops < math.inf and 0 < bandwidth < math.inf):
+        raise ValueError(f"peak_flops and bandwidth must be positive and finite, got {peak_flops} and {bandwidth}")
+    for point in points:  # both axes are logarithmic: a point at 0 or below would vanish without a word
+        if len(point) != 3 or not (0 < point[1] < math.inf and 0 < point[2] < math.inf):
+            raise ValueError(f"each point is (label, FLOP/byte > 0, FLOP/s > 0), got {point!r}")
+    for ceiling in extra_ceilings:
+        if len(ceiling) != 2 or not 0 < ceiling[1] < math.inf:
+            raise ValueError(f"each extra ceiling is (label, FLOP/s > 0), got {ceiling!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
     ridge = peak_flops / bandwidth
@@ -90,12 +98,16 @@ def plot_roofline(
 
 def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence[str], *,
                       ax: plt.Axes | None = None, title: str = "") -> plt.Axes:
-    """Heat-map of one head's (Tq, Tk) attention weights: row i is where query i looks."""
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4, 4))
-    w = weights.detach().float().cpu().numpy()
+    """Heat-map of one head's (Tq, Tk) attention weights (a tensor or an array, after the softmax: values
+    in [0, 1]): row i is where query i looks."""
+    w = _as_array(weights)
     if w.shape != (len(query_labels), len(key_labels)):
         raise ValueError(f"weights {w.shape} do not match {len(query_labels)} query and {len(key_labels)} key labels")
+    if w.size and not np.isnan(w).all() and (np.nanmin(w) < -1e-3 or np.nanmax(w) > 1 + 1e-3):
+        raise ValueError(f"attention weights lie in [0, 1], got values from {np.nanmin(w):.3g} to {np.nanmax(w):.3g}: "
+                         "these look like scores before the softmax; plot scores.softmax(-1)")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 4))
     ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
     ax.set_xticks(range(len(key_labels)), key_labels, fontsize=8)
     ax.set_yticks(range(len(query_labels)), query_labels, fontsize=8)
@@ -103,6 +115,13 @@ def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence
     ax.set_ylabel("query")
     ax.set_title(title, fontsize=9)
     return ax
+
+
+def _as_array(weights) -> np.ndarray:
+    """A tensor (on any device, with or without gradients) or an array, as a float NumPy array."""
+    if hasattr(weights, "detach"):
+        return weights.detach().float().cpu().numpy()
+    return np.asarray(weights, dtype=float)
 
 
 def _png(fig) -> bytes:
@@ -121,6 +140,10 @@ def attention_explorer(weights, query_labels: Sequence[str], key_labels: Sequenc
     """
     import ipywidgets as widgets
 
+    weights = _as_array(weights)
+    if weights.ndim != 3 or weights.shape[1:] != (len(query_labels), len(key_labels)):
+        raise ValueError(f"weights must be one example's (H, Tq, Tk) = (H, {len(query_labels)}, {len(key_labels)}) "
+                         f"attention weights, got shape {weights.shape}: take weights[0] of a (B, H, Tq, Tk) batch")
     n_heads, n_queries = weights.shape[0], weights.shape[1]
     head_views = []
     for h in range(n_heads):
@@ -157,6 +180,10 @@ PRECISION_SETTINGS = {
 
 def memory_report_html(memory, gpu_gib: float | None = None, title: str = "") -> str:
     """An HTML table of a ``TrainingMemory`` with a bar per row, and whether it fits ``gpu_gib``."""
+    if not (hasattr(memory, "rows") and hasattr(memory, "total")):
+        raise TypeError(f"memory must be a TrainingMemory (memory.training_memory(...)), got {type(memory).__name__}")
+    if gpu_gib is not None and not 0 < gpu_gib < math.inf:
+        raise ValueError(f"gpu_gib must be the GPU's memory in GiB (> 0) or None, got {gpu_gib!r}")
     total = max(memory.total, 1)
     rows = []
     for name, value in memory.rows():

@@ -1,4 +1,5 @@
-"""Attention against PyTorch: forward and gradients, fp32 tight, fp16/bf16 under autocast, masks."""
+"""Attention against PyTorch: forward and gradients, fp32 tight, fp16/bf16 under autocast, masks; the inputs
+attention and the layers around it refuse (probes of dtype, rank, shape, device and mask kind)."""
 
 import pytest
 import torch
@@ -6,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpuformer_lib.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
+from gpuformer_lib.layers import DecoderLayer, EncoderLayer, PositionalEncoding, sinusoidal_encoding
 from gpuformer_lib.profiles import describe_device, low_precision_dtype
 
 # (rtol, atol) per dtype under autocast: the course's tolerances for comparing against PyTorch
@@ -97,6 +99,48 @@ def test_causal_mask_blocks_information_from_later_positions():
 def test_sdpa_input_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call(*qkv(2, 2))
+
+
+SDPA_PROBES = {  # inputs that computed a wrong answer quietly, or failed deep inside torch
+    "integer q, k, v": (lambda q, k, v: (q.long(), k.long(), v.long()), {}, TypeError, "floating-point"),
+    "mixed dtypes": (lambda q, k, v: (q, k.double(), v), {}, TypeError, "share one dtype"),
+    "k on another device": (lambda q, k, v: (q, k.to("meta"), v), {}, ValueError, "one device"),
+    "k without the head dimension": (lambda q, k, v: (q, k[:, 0], v[:, 0]), {}, ValueError, "number of dimensions"),
+    "batch sizes differ": (lambda q, k, v: (q, k[:1].repeat(3, 1, 1, 1), v[:1].repeat(3, 1, 1, 1)), {}, ValueError,
+                           "do not match or broadcast"),
+    "head size 0": (lambda q, k, v: (q[..., :0], k[..., :0], v), {}, ValueError, "at least 1"),
+    "q is a list": (lambda q, k, v: (q.tolist(), k, v), {}, TypeError, "must be a tensor"),
+    "int64 mask": (None, dict(attn_mask=torch.ones(7, 11, dtype=torch.long)), TypeError, "ambiguous"),
+    "bool-valued float mask": (None, dict(attn_mask=torch.ones(7, 11).tril()), ValueError, "only 0s and 1s"),
+    "mask adding a dimension": (None, dict(attn_mask=torch.ones(3, 1, 1, 7, 11, dtype=torch.bool)), ValueError,
+                                "does not broadcast"),
+    "(B, Tq, Tk) mask against (B, H, Tq, Tk)": (None, dict(attn_mask=torch.ones(2, 7, 11, dtype=torch.bool)),
+                                                ValueError, "fewer dimensions"),
+    "mask on another device": (None, dict(attn_mask=torch.ones(7, 11, dtype=torch.bool, device="meta")),
+                               ValueError, "move it"),
+}
+
+
+@pytest.mark.parametrize("probe", list(SDPA_PROBES))
+def test_sdpa_refuses_inputs_it_would_compute_wrongly(probe):
+    change, kwargs, error, message = SDPA_PROBES[probe]
+    q, k, v = qkv(2, 2)
+    if change is not None:
+        q, k, v = change(q, k, v)
+    with pytest.raises(error, match=message):
+        scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def test_sdpa_accepts_what_is_unambiguous():
+    q, k, v = qkv(2, 2)
+    shared = scaled_dot_product_attention(q, k[:, :1], v[:, :1])[0]  # one k, v for every head: size-1 dimension
+    torch.testing.assert_close(shared, F.scaled_dot_product_attention(q, k[:, :1], v[:, :1]))
+    additive = torch.zeros(7, 11).masked_fill(torch.rand(7, 11) > 0.5, float("-inf"))
+    additive[:, 0] = 0
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, attn_mask=additive)[0],
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=additive))
+    out, _ = scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(7, 11))  # all 0: no 1s, nothing masked
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
 
 
 def make_pair(d_model=24, n_heads=4, bias=True, fused=True):
@@ -195,6 +239,70 @@ def test_mha_input_errors(call, message):
     ours, _ = make_pair()
     with pytest.raises(ValueError, match=message):
         call(ours, torch.randn(2, 6, 24))
+
+
+MHA_PROBES = {
+    "integer inputs": (lambda m, x: m(x.long(), x.long(), x.long()), TypeError, "floating-point"),
+    "float64 key, float32 weights": (lambda m, x: m(x, x.double(), x.double()), TypeError, "share one dtype"),
+    "key on another device": (lambda m, x: m(x, x.to("meta"), x.to("meta")), ValueError, "one device"),
+    "int64 causal mask": (lambda m, x: m(x, x, x, attn_mask=torch.ones(6, 6, dtype=torch.long).tril()), TypeError,
+                          "ambiguous"),
+    "float 0/1 causal mask": (lambda m, x: m(x, x, x, attn_mask=torch.ones(6, 6).tril()), ValueError, "only 0s and 1s"),
+    "(B, Tq, Tk) mask, B = H": (lambda m, x: m(x.repeat(2, 1, 1), x.repeat(2, 1, 1), x.repeat(2, 1, 1),
+                                               attn_mask=torch.ones(4, 6, 6, dtype=torch.bool)), ValueError,
+                                "fewer dimensions"),
+    "int64 key_padding_mask": (lambda m, x: m(x, x, x, key_padding_mask=torch.zeros(2, 6, dtype=torch.long)),
+                               TypeError, "bool tensor"),
+    "float key_padding_mask": (lambda m, x: m(x, x, x, key_padding_mask=torch.zeros(2, 6)), TypeError, "bool tensor"),
+    "key_padding_mask on another device": (
+        lambda m, x: m(x, x, x, key_padding_mask=torch.zeros(2, 6, dtype=torch.bool, device="meta")), ValueError,
+        "key_padding_mask is on meta"),
+}
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("probe", list(MHA_PROBES))
+def test_mha_refuses_inputs_it_would_compute_wrongly(probe, fused):
+    call, error, message = MHA_PROBES[probe]
+    with pytest.raises(error, match=message):
+        call(MultiHeadAttention(24, 4, fused=fused), torch.randn(2, 6, 24))
+
+
+def test_mha_accepts_mixed_dtypes_under_autocast():
+    x = torch.randn(2, 6, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = MultiHeadAttention(24, 4)(x, x.bfloat16(), x.bfloat16())
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+def _layers():
+    return EncoderLayer(24, 4, 40, dropout=0.0), DecoderLayer(24, 4, 40, dropout=0.0)
+
+
+LAYER_PROBES = {
+    "encoder, token ids": (lambda enc, dec, x: enc(torch.zeros(2, 6, 24, dtype=torch.long)), TypeError,
+                           "floating-point"),
+    "encoder, (T, C)": (lambda enc, dec, x: enc(x[0]), ValueError, r"shape \(B, T, 24\)"),
+    "encoder, wrong width": (lambda enc, dec, x: enc(x[..., :16]), ValueError, r"shape \(B, T, 24\)"),
+    "encoder, int padding mask": (lambda enc, dec, x: enc(x, torch.zeros(2, 6, dtype=torch.long)), TypeError,
+                                  "bool tensor"),
+    "decoder, memory of another batch": (lambda enc, dec, x: dec(x, x[:1]), ValueError, "same batch size"),
+    "decoder, integer memory": (lambda enc, dec, x: dec(x, x.long()), TypeError, "memory must be a floating"),
+    "positions, token ids": (lambda enc, dec, x: PositionalEncoding(24, 8)(torch.zeros(2, 6, 24, dtype=torch.long)),
+                             TypeError, "floating-point"),
+    "positions, wrong width": (lambda enc, dec, x: PositionalEncoding(24, 8)(x[..., :16]), ValueError, "shape"),
+    "positions, on another device": (lambda enc, dec, x: PositionalEncoding(24, 8)(x.to("meta")), ValueError,
+                                     "move the model"),
+    "positions, max_len 0": (lambda enc, dec, x: PositionalEncoding(24, 0), ValueError, "max_len must be a positive"),
+    "sinusoids, negative length": (lambda enc, dec, x: sinusoidal_encoding(-1, 24), ValueError, "positive int"),
+}
+
+
+@pytest.mark.parametrize("probe", list(LAYER_PROBES))
+def test_layers_refuse_inputs_they_would_compute_wrongly(probe):
+    call, error, message = LAYER_PROBES[probe]
+    with pytest.raises(error, match=message):
+        call(*_layers(), torch.randn(2, 6, 24))
 
 
 def test_mha_config_errors():

@@ -40,6 +40,15 @@ def test_shared_files_match_the_known_checksums(shared_data):
 
 
 @needs_shared
+def test_the_known_files_are_those_of_the_data_folders_readme(shared_data):
+    readme = (SHARED / "README.md").read_text()
+    listed = dict(reversed(line.split()) for line in readme.split("sha256:")[1].split("```")[1].strip().splitlines())
+    assert {s.filename: s.sha256 for s in data.DATASETS.values()} == listed
+    for source in data.DATASETS.values():
+        assert (SHARED / source.filename).stat().st_size == source.size, source.filename
+
+
+@needs_shared
 def test_translation_pairs_and_text(shared_data):
     pairs = data.load_translation_pairs()
     assert pairs[0] == ("Hi.", "嗨。")  # the byte-order mark is gone
@@ -93,6 +102,21 @@ def test_download_with_a_wrong_checksum_writes_nothing(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="checksum"):
         data.data_path("t")
     assert not any(tmp_path.iterdir())
+
+
+def test_a_download_that_is_not_the_expected_zip_writes_nothing(monkeypatch, tmp_path):
+    source = data.DataSource("t.txt", "https://example.org/t.zip", "0" * 64, "PD", "x", member="t.txt")
+    monkeypatch.setitem(data.DATASETS, "t", source)
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: FakeResponse(b"<html>moved</html>"))
+    with pytest.raises(data.DataFileError, match="not a zip archive holding t.txt"):
+        data.data_path("t")
+    assert not any(tmp_path.iterdir())
+
+
+def test_data_path_arguments_are_checked():
+    with pytest.raises(ValueError, match="deadline must be positive"):
+        data.data_path("tinyshakespeare", deadline=0)
 
 
 def test_tokenizers():
@@ -196,3 +220,48 @@ def test_step_batches_are_a_function_of_the_step():
     assert not torch.equal(first[0], first[10])  # each epoch has its own order
     with pytest.raises(ValueError, match="no batches"):
         data.StepBatches(torch.utils.data.DataLoader([], batch_size=2))
+
+
+def _tiny_pairs_file(tmp_path):
+    path = tmp_path / "pairs.txt"
+    path.write_text("Hi.\t嗨。\tCC-BY\nGo.\t走。\tCC-BY\n", encoding="utf-8")
+    return path
+
+
+DATA_PROBES = {  # each computed something wrong quietly, or failed deep inside with a raw error
+    "pad float ids": (lambda tmp: data.pad([torch.tensor([1.5, 2.7])]), TypeError, "integer token ids"),
+    "pad a (T, k) sequence": (lambda tmp: data.pad([torch.ones(2, 2, dtype=torch.long)]), TypeError, "1-D"),
+    "pad a 0-d tensor": (lambda tmp: data.pad([torch.tensor(3)]), TypeError, "1-D"),
+    "pad a list": (lambda tmp: data.pad([[1, 2]]), TypeError, "got list"),
+    "collate a target without <eos>": (
+        lambda tmp: data.collate_translation([(torch.tensor([4, 3]), torch.tensor([2]))]), ValueError, "fewer than 2"),
+    "collate single tensors": (lambda tmp: data.collate_translation([torch.tensor([4, 3])]), ValueError,
+                               r"\(source ids, target ids\) pair"),
+    "decode float ids": (lambda tmp: data.Vocab(["a"]).decode(torch.tensor([4.0, 4.7])), TypeError, "integers"),
+    "decode a batch": (lambda tmp: data.Vocab(["a"]).decode(torch.tensor([[4, 4]])), TypeError, "row by row"),
+    "decode a float in a list": (lambda tmp: data.Vocab(["a"]).decode([4.0]), TypeError, "integers, got 4.0"),
+    "decode a negative id": (lambda tmp: data.Vocab(["a"]).decode([4, -1]), ValueError, "negative"),
+    "bucket float lengths": (lambda tmp: data.BucketBatchSampler([3.5, 4.0], 2), TypeError, "lengths must be integers"),
+    "bucket pool_batches 0": (lambda tmp: data.BucketBatchSampler([3, 4], 2, pool_batches=0), ValueError,
+                              "pool_batches >= 1"),
+    "padding_fraction of an empty batch": (lambda tmp: data.padding_fraction([[0], []], [3]), ValueError,
+                                           "batch 1 is empty"),
+    "repeating_patterns, vocab_size 0": (lambda tmp: data.repeating_patterns(0, 0), ValueError, "vocab_size"),
+    "repeating_patterns, period 0": (lambda tmp: data.repeating_patterns(0, 5, period=0), ValueError, "period"),
+    "max_pairs 0 (read as 'all')": (lambda tmp: data.load_translation_pairs(_tiny_pairs_file(tmp), max_pairs=0),
+                                    ValueError, "max_pairs must be a positive int"),
+}
+
+
+@pytest.mark.parametrize("probe", list(DATA_PROBES))
+def test_data_functions_refuse_inputs_they_would_get_wrong(probe, tmp_path):
+    call, error, message = DATA_PROBES[probe]
+    with pytest.raises(error, match=message):
+        call(tmp_path)
+
+
+def test_data_functions_accept_tensors_where_they_are_unambiguous(tmp_path):
+    assert len(list(data.BucketBatchSampler(torch.tensor([3, 4, 5]), 2))) == 2  # a tensor of lengths
+    assert sum(map(len, data.split(torch.arange(20)))) == 20  # a tensor of items
+    assert data.Vocab(["a"]).decode(torch.tensor([4, 99], dtype=torch.int32)) == ["a", "<unk>"]  # past the vocab
+    assert data.load_translation_pairs(_tiny_pairs_file(tmp_path), max_pairs=1) == [("Hi.", "嗨。")]

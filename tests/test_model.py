@@ -195,3 +195,16 @@ def test_positional_encodings():
     assert torch.allclose(pe[7, 3], torch.cos(torch.tensor(7.0 / 10000 ** (2 / 16))))
     with pytest.raises(ValueError, match="longer than max_len=4"):
         PositionalEncoding(16, 4)(torch.randn(1, 5, 16))
+
+
+def test_the_input_checks_keep_one_compiled_graph():
+    """The checks of ids, masks and memory read shapes, dtypes and devices only (the ids' range is skipped
+    while compiling), so ``torch.compile(fullgraph=True)`` traces the models without a graph break."""
+    lm, tr = DecoderLM(small_config()).eval(), Transformer(small_config()).eval()
+    ids, tgt = torch.randint(0, 29, (2, 5)), torch.randint(0, 37, (2, 3))
+    mask = padding(2, 5, [5, 3])
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lm, fullgraph=True, backend="eager")(ids, mask), lm(ids, mask))
+    memory = tr.encode(ids, mask)
+    decode = torch.compile(tr.decode, fullgraph=True, backend="eager")
+    torch.testing.assert_close(decode(tgt, memory, mask), tr.decode(tgt, memory, mask))

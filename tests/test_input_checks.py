@@ -1,0 +1,373 @@
+"""Bad inputs to the library's tensor and size functions fail with a clear error, never a wrong number (issue 14).
+
+Each probe is a mistake a careless learner makes: float token ids, an empty prompt, a NaN temperature, a
+float where a count belongs, a string where a dtype belongs, scores where attention weights belong. Every
+probe here gave, before the checks were added, one of
+
+    S  a silent wrong answer: a number, a tensor or a plot came back, and it was wrong
+       (e.g. transformer_flops(config, -2, 5) = -151680; training_memory(n, n_layers=-2) had negative
+       activations; bleu("我喜欢茶", "我喜欢酒") scored characters as sentences; sample(..., n_new=-1)
+       returned the prompt);
+    R  a raw traceback from inside torch, Triton, sacrebleu or Python that does not say what to do
+       (e.g. "probability tensor contains either inf, nan or element < 0" for temperature=nan,
+       "index -1 is out of bounds" for an empty prompt, "max() arg is an empty sequence");
+    N  a valid-looking answer to a call that makes no sense, now refused (an empty sequence; float64 into a
+       kernel that computes in float32).
+
+Now each raises a ValueError or TypeError whose message names the argument and the value and says what
+to do; the first letter of each probe's id is what it was before, the phrase is a key part of the message.
+
+Counts over the whole audit (196 probes; these are the 114 that now raise):
+
+    before:  60 silent   57 raw   62 clear   17 fine
+    after:    0 silent    3 raw  176 clear   17 fine
+
+The 3 raw ones are left on purpose: an id out of range with ``check_token_ids=False`` (the lookup fails,
+IndexError or a device-side assert: the price of no host sync), a bad device string (torch's own message
+lists the valid ones) and ``bench.operator_category(None)``. Four former S/R probes now give the right
+answer instead of an error: see the tests at the end.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gpuformer_lib import bench, device_measurements as dm, generate, kernels, memory, model, model_sizes, profiles
+from gpuformer_lib.device import SizePreset
+from gpuformer_lib.model import DecoderLM, Transformer, TransformerConfig
+
+CONFIG = TransformerConfig(vocab_size=20, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32,
+                           dropout=0.0, max_len=12)
+torch.manual_seed(0)
+LM, TR = DecoderLM(CONFIG), Transformer(CONFIG)
+IDS = torch.randint(0, 20, (2, 5))
+MEMORY = TR.encode(IDS).detach()
+EMPTY = torch.zeros(2, 0, dtype=torch.long)
+CPU, H100X8 = profiles.PROFILES["cpu"], profiles.PROFILES["8xh100"]
+needs_triton = pytest.mark.skipif(kernels.kernel_support().triton_mode == "unavailable",
+                                  reason="Triton is not installed")
+KDEV = "cuda" if kernels.kernel_support().triton_mode == "compiled" else "cpu"
+
+
+def config(**changes):
+    return TransformerConfig(**{**dict(vocab_size=20, d_model=16, n_heads=2, d_ff=32, max_len=12), **changes})
+
+
+def meta_lm():
+    with torch.device("meta"):
+        return DecoderLM(CONFIG)
+
+
+def sizes(**changes):
+    """training_memory's activation arguments, with ``changes``."""
+    return {**dict(n_layers=2, d_model=16, n_heads=2, seq_len=8, batch_size=2, vocab_size=20), **changes}
+
+
+def probe(before, call, error, phrase, id):
+    return pytest.param(call, error, phrase, id=f"{before} {id}")
+
+
+PROBES = [
+    # ------------------------------------------------------------------ model
+    probe("S", lambda: TR(EMPTY, IDS), ValueError, "at least one token", "model: empty source: decoder ignored it"),
+    probe("N", lambda: LM(EMPTY), ValueError, "at least one token", "model: DecoderLM on (B, 0)"),
+    probe("N", lambda: TR(IDS, EMPTY), ValueError, "at least one token", "model: empty target"),
+    probe("R", lambda: TR.decode(IDS, MEMORY.double()), ValueError, "model computes in torch.float32",
+          "model: decode float64 memory"),
+    probe("R", lambda: TR.decode(IDS, MEMORY.long()), ValueError, "memory is torch.int64", "model: decode int memory"),
+    probe("S", lambda: TR.decode(IDS, MEMORY, torch.ones(2, 5)), ValueError, "must be a bool tensor",
+          "model: decode float source mask: used as numbers"),
+    probe("S", lambda: meta_lm()(IDS), ValueError, "token ids are on cpu but the model is on meta",
+          "model: ids on another device: empty meta logits"),
+    probe("R", lambda: LM(IDS, padding_mask=torch.zeros(2, 5, dtype=torch.bool, device="meta")), ValueError,
+          "padding_mask is on meta", "model: padding mask on another device"),
+    probe("R", lambda: TR.decode(IDS, MEMORY.to("meta")), ValueError, "memory is on meta",
+          "model: memory on another device"),
+    probe("S", lambda: config(vocab_size=True), ValueError, "vocab_size must be a positive int",
+          "config: vocab_size=True became 1"),
+    probe("R", lambda: config(src_vocab_size=7.5), ValueError, "src_vocab_size must be a positive int",
+          "config: float src_vocab_size"),
+    probe("R", lambda: config(n_encoder_layers=2.0), ValueError, "layer counts must be ints",
+          "config: float n_encoder_layers"),
+    probe("R", lambda: config(n_decoder_layers=1.5), ValueError, "layer counts must be ints",
+          "config: float n_decoder_layers"),
+    probe("R", lambda: config(dropout="0.1"), ValueError, "dropout must be a number", "config: dropout string"),
+    probe("S", lambda: model.transformer_flops(CONFIG, -2, 5), ValueError, "batch_size must be an int >= 1",
+          "flops: negative batch: negative FLOPs"),
+    probe("S", lambda: model.transformer_flops(CONFIG, 0, 5), ValueError, "batch_size must be an int >= 1",
+          "flops: batch 0"),
+    probe("S", lambda: model.transformer_flops(CONFIG, 2, 0), ValueError, "tgt_len must be an int >= 1",
+          "flops: tgt_len 0"),
+    probe("S", lambda: model.transformer_flops(CONFIG, 2, 5.5), ValueError, "tgt_len must be an int",
+          "flops: float tgt_len: float FLOPs"),
+    probe("S", lambda: model.transformer_flops(CONFIG, 2, 5, src_len=-3), ValueError, "src_len must be an int >= 0",
+          "flops: negative src_len"),
+    probe("R", lambda: model.count_parameters(IDS), TypeError, "needs an nn.Module", "count_parameters: a tensor"),
+    # ------------------------------------------------------------------ generation
+    probe("R", lambda: generate.sample(LM, IDS, 2, temperature=math.nan), ValueError, "temperature must be positive",
+          "sample: NaN temperature"),
+    probe("S", lambda: generate.sample(LM, IDS, 2, temperature=math.inf), ValueError, "and finite",
+          "sample: infinite temperature: uniform draws"),
+    probe("R", lambda: generate.sample(LM, IDS, 2, top_k=0), ValueError, "top_k must be None", "sample: top_k 0"),
+    probe("R", lambda: generate.sample(LM, IDS, 2, top_k=-1), ValueError, "top_k must be None",
+          "sample: negative top_k"),
+    probe("R", lambda: generate.sample(LM, IDS, 2, top_k=2.5), ValueError, "top_k must be None", "sample: float top_k"),
+    probe("S", lambda: generate.sample(LM, IDS, -1), ValueError, "n_new", "sample: negative n_new: the prompt back"),
+    probe("R", lambda: generate.sample(LM, IDS, 2.0), ValueError, "n_new", "sample: float n_new"),
+    probe("R", lambda: generate.sample(LM, EMPTY, 2), ValueError, "T >= 1", "sample: empty prompt"),
+    probe("R", lambda: generate.sample(LM, IDS[0], 2), ValueError, r"prompt\[None\]", "sample: (T,) prompt"),
+    probe("R", lambda: generate.sample(TR, IDS, 2), TypeError, "greedy_translate", "sample: encoder-decoder model"),
+    probe("S", lambda: generate.greedy_translate(TR, IDS, max_len=0), ValueError, "max_len must be an int >= 2",
+          "greedy: max_len 0: empty translations"),
+    probe("S", lambda: generate.greedy_translate(TR, IDS, max_len=1), ValueError, "max_len must be an int >= 2",
+          "greedy: max_len 1: empty translations"),
+    probe("R", lambda: generate.greedy_translate(TR, IDS, max_len=5.5), ValueError, "max_len must be an int",
+          "greedy: float max_len"),
+    probe("R", lambda: generate.greedy_translate(LM, IDS), TypeError, "needs an encoder-decoder",
+          "greedy: decoder-only model"),
+    probe("S", lambda: generate.greedy_translate(TR, EMPTY), ValueError, "at least one token",
+          "greedy: empty source: 10 tokens out of nothing"),
+    probe("S", lambda: generate.bleu("我喜欢茶", "我喜欢酒"), TypeError, "list of sentences",
+          "bleu: strings: characters scored as sentences"),
+    probe("R", lambda: generate.bleu([[1, 2, 3]], [[1, 2, 3]]), TypeError, "decode token ids to text",
+          "bleu: token-id lists"),
+    probe("R", lambda: generate.bleu(["a b"], ["a b"], tokenize="klingon"), ValueError, "not one of sacrebleu's",
+          "bleu: unknown tokenizer"),
+    probe("S", lambda: generate.perplexity(-1.0), ValueError, "number >= 0", "perplexity: negative loss"),
+    probe("S", lambda: generate.perplexity(math.nan), ValueError, "training diverged", "perplexity: NaN loss"),
+    probe("R", lambda: generate.perplexity(torch.tensor([1.0, 2.0])), ValueError, r"take \.mean\(\) first",
+          "perplexity: per-token losses"),
+    # ------------------------------------------------------------------ memory
+    probe("S", lambda: memory.training_memory(10**6, param_bytes=0), ValueError, "param_bytes must be an int >= 1",
+          "memory: param_bytes 0"),
+    probe("S", lambda: memory.training_memory(10**6, param_bytes=2.5), ValueError, "param_bytes must be an int",
+          "memory: float param_bytes"),
+    probe("S", lambda: memory.training_memory(1.5e6), ValueError, "write 1_500_000", "memory: n_params 1.5e6"),
+    probe("S", lambda: memory.training_memory(1.5), ValueError, "n_params must be an int", "memory: n_params 1.5"),
+    probe("S", lambda: memory.training_memory(10, **sizes(n_layers=-2)), ValueError, "n_layers must be an int >= 0",
+          "memory: negative n_layers: negative activations"),
+    probe("S", lambda: memory.training_memory(10, **sizes(n_layers=1.5)), ValueError, "n_layers must be an int",
+          "memory: float n_layers"),
+    probe("S", lambda: memory.training_memory(10, **sizes(vocab_size=0)), ValueError, "vocab_size",
+          "memory: no vocab_size: the largest tensor left out"),
+    probe("S", lambda: memory.training_memory(10, **sizes(seq_len=8.5)), ValueError, "seq_len",
+          "memory: float seq_len"),
+    probe("S", lambda: memory.training_memory(10, **sizes(d_model=18, n_heads=4)), ValueError, "not divisible",
+          "memory: d_model not divisible by n_heads"),
+    probe("S", lambda: memory.training_memory(10, **sizes(), activation_bytes=0), ValueError, "activation_bytes",
+          "memory: activation_bytes 0"),
+    probe("S", lambda: memory.training_memory(10, **sizes(), d_ff=0), ValueError, "d_ff must be an int >= 1",
+          "memory: d_ff 0"),
+    probe("S", lambda: memory.training_memory(10**6, shard_weights=2.5), ValueError, "shard_weights must be an int",
+          "memory: float shard count"),
+    probe("S", lambda: memory.training_memory(10**6, count_loss_temporaries=True), ValueError,
+          "count_loss_temporaries", "memory: loss temporaries of no batch: 0"),
+    probe("S", lambda: memory.training_memory(10**6, grad_bytes=-2), ValueError, "grad_bytes must be an int >= 1",
+          "memory: negative grad_bytes"),
+    probe("S", lambda: memory.layer_activation_bytes(d_model=0, n_heads=1, seq_len=0, batch_size=0), ValueError,
+          "d_model must be an int >= 1", "memory: layer of zero sizes: 0 bytes"),
+    probe("S", lambda: memory.layer_activation_bytes(d_model=16, n_heads=2, seq_len=-8, batch_size=2), ValueError,
+          "seq_len must be an int >= 1", "memory: layer of negative length"),
+    probe("S", lambda: memory.SavedActivations(cap=-1), ValueError, "cap", "memory: negative cap"),
+    probe("S", lambda: memory.SavedActivations(cap=1.5), ValueError, "cap", "memory: cap 1.5 (GiB meant)"),
+    probe("S", lambda: memory.fit_micro_batch(lambda micro: None, 7.5), ValueError, "batch_size must be an int",
+          "memory: fit_micro_batch float batch: (7.5, 1.0)"),
+    probe("R", lambda: memory.choose_memory_cap(CPU, "cpu", lambda: None, 1000, margin=math.nan), ValueError,
+          "margin must be a finite number", "memory: NaN margin"),
+    probe("R", lambda: memory.model_state_bytes(IDS), TypeError, "needs an nn.Module", "memory: model_state_bytes"),
+    # ------------------------------------------------------------------ bench
+    probe("R", lambda: bench.time_fn(lambda: None, warmup=1.5), ValueError, "warmup must be an int",
+          "bench: float warmup"),
+    probe("R", lambda: bench.time_fn(3), TypeError, "wrap the work in a lambda", "bench: time_fn(value)"),
+    probe("S", lambda: bench.speedup(math.nan, 1.0), ValueError, "times must be positive", "bench: NaN speedup"),
+    probe("S", lambda: bench.matmul_flops(-4, 4, 4), ValueError, "m must be an int >= 0",
+          "bench: negative matmul size"),
+    probe("S", lambda: bench.matmul_flops(4.5, 4, 4), ValueError, "m must be an int", "bench: float matmul size"),
+    probe("S", lambda: bench.measure_matmul(0, torch.float32, "cpu", repeats=1), ValueError, "n must be an int >= 1",
+          "bench: measure_matmul n 0: 0 FLOP/s"),
+    probe("R", lambda: bench.measure_matmul(-2, torch.float32, "cpu", repeats=1), ValueError, "n must be an int",
+          "bench: measure_matmul n negative"),
+    probe("R", lambda: bench.measure_matmul(8, torch.int32, "cpu", repeats=1), ValueError, "floating-point",
+          "bench: measure_matmul int32"),
+    probe("R", lambda: bench.measure_matmul(8, "float16", "cpu", repeats=1), ValueError, "torch.dtype",
+          "bench: measure_matmul dtype string"),
+    probe("S", lambda: bench.measure_copy_bandwidth(0, "cpu", repeats=1), ValueError, "nbytes must be an int >= 1",
+          "bench: copy of 0 bytes: 0 B/s"),
+    probe("R", lambda: bench.measure_copy_bandwidth(1e3, "cpu", repeats=1), ValueError, "nbytes must be an int",
+          "bench: float nbytes"),
+    probe("R", lambda: bench.lookup_gpu_peak(None), TypeError, "GPU's name as a string", "bench: no GPU name"),
+    probe("S", lambda: bench.attainable_flops(math.nan, 1e12, 1e9), ValueError, "intensity must be a finite",
+          "bench: NaN intensity: the peak"),
+    probe("R", lambda: bench.ridge_intensity(1e12, 0), ValueError, "bandwidth must be a finite number > 0",
+          "bench: ridge at 0 bandwidth"),
+    probe("S", lambda: bench.ridge_intensity(-1e12, 1e9), ValueError, "peak_flops must be a finite number > 0",
+          "bench: negative ridge"),
+    probe("S", lambda: bench.mfu(-1e12, 1.0, 1e12), ValueError, "flops_per_step", "bench: negative MFU"),
+    probe("S", lambda: bench.mfu(1e12, math.nan, 1e12), ValueError, "seconds_per_step", "bench: NaN MFU"),
+    probe("R", lambda: bench.Timing(times=(), warmup=0, number=1), ValueError, "at least one measured time",
+          "bench: empty Timing"),
+    # ------------------------------------------------------------------ device measurements, sizes, profiles
+    probe("S", lambda: dm.is_emulated("float16", "cpu"), TypeError, "torch.dtype", "dm: is_emulated('float16')"),
+    probe("S", lambda: dm.MatmulFormat("x", "float16"), TypeError, "torch.dtype", "dm: MatmulFormat dtype string"),
+    probe("S", lambda: dm.KernelRate("k", 1.0, 10.5), ValueError, "int nbytes", "dm: KernelRate of 10.5 bytes"),
+    probe("R", lambda: dm.readback_cost(lambda: torch.ones(()), "cpu", steps=2.5), ValueError, "need ints",
+          "dm: float steps"),
+    probe("R", lambda: dm.readback_cost(lambda: 1.0, "cpu", steps=2, warmup=0), TypeError, "return loss, not",
+          "dm: step returns a float"),
+    probe("S", lambda: model_sizes.RunSize(CONFIG, 2.5, 8, 10, 1e-3), ValueError, "batch_size must be an int",
+          "sizes: float batch"),
+    probe("S", lambda: model_sizes.RunSize(CONFIG, 2, 8, 10.5, 1e-3), ValueError, "steps must be an int",
+          "sizes: float steps"),
+    probe("R", lambda: model_sizes.RunSize({"max_len": 12}, 2, 8, 10, 1e-3), TypeError, "TransformerConfig",
+          "sizes: a dict for the config"),
+    probe("R", lambda: model_sizes.translation_run("cpu", 10, 10), TypeError, "must be a SizePreset",
+          "sizes: a preset name"),
+    probe("R", lambda: profiles.data_parallel_world(H100X8, 2.5), ValueError, "global_batch must be an int",
+          "profiles: float batch"),
+    probe("S", lambda: profiles.collective_backend(H100X8, 1.5), ValueError, "processes must be an int",
+          "profiles: 1.5 processes: nccl"),
+    probe("R", lambda: profiles.DeviceProfile("x", "cuda", gpu_count=1, memory_gib=16.0, compute_capability=(8,)),
+          ValueError, "compute_capability must be", "profiles: compute capability (8,)"),
+    probe("S", lambda: profiles.DeviceProfile("x", "cuda", gpu_count=1, memory_gib=-1.0, compute_capability=(8, 0)),
+          ValueError, "memory_gib must be", "profiles: negative memory"),
+    probe("S", lambda: profiles.DeviceProfile("x", "cuda", gpu_count=1.5, memory_gib=16.0, compute_capability=(8, 0)),
+          ValueError, "gpu_count must be", "profiles: 1.5 GPUs"),
+    probe("R", lambda: profiles.training_precision("t4"), TypeError, "must be a DeviceProfile",
+          "profiles: a profile name"),
+]
+
+
+@pytest.mark.parametrize("call, error, phrase", PROBES)
+def test_a_bad_input_gets_a_clear_error(call, error, phrase):
+    with pytest.raises(error, match=phrase):
+        call()
+
+
+KERNEL_PROBES = [
+    probe("S", lambda: kernels.softmax(torch.randint(0, 5, (3, 4), device=KDEV)), ValueError, "takes float16",
+          "kernels: softmax of ints: truncated to 0"),
+    probe("R", lambda: kernels.softmax(torch.randn(3, 0, device=KDEV)), ValueError, "no columns",
+          "kernels: softmax of empty rows"),
+    probe("R", lambda: kernels.vector_add(torch.ones(5, device=KDEV), torch.ones(5, device=KDEV), block_size=100),
+          ValueError, "power of two", "kernels: block 100"),
+    probe("R", lambda: kernels.vector_add(torch.ones(5, device=KDEV), torch.ones(5, device=KDEV), block_size=0),
+          ValueError, "power of two", "kernels: block 0"),
+    probe("R", lambda: kernels.strided_copy(torch.randn(10, device=KDEV), 2.5), ValueError, "int stride",
+          "kernels: float stride"),
+    probe("R", lambda: kernels.strided_copy(torch.randn(10, device=KDEV), 1, block_size=100), ValueError,
+          "power of two", "kernels: strided_copy block 100"),
+    probe("R", lambda: kernels.matmul(torch.ones(16, 16, dtype=torch.long, device=KDEV),
+                                      torch.ones(16, 16, dtype=torch.long, device=KDEV)),
+          ValueError, "takes float16", "kernels: matmul of ints"),
+    probe("N", lambda: kernels.matmul(torch.randn(16, 16, dtype=torch.float64, device=KDEV),
+                                      torch.randn(16, 16, dtype=torch.float64, device=KDEV)),
+          ValueError, "computes in float32", "kernels: float64 matmul"),
+    probe("R", lambda: kernels.matmul(torch.randn(16, 16, device=KDEV), torch.randn(16, 16, device=KDEV),
+                                      block_m=32.0), ValueError, "power of two", "kernels: float block"),
+    probe("N", lambda: kernels.matmul(torch.randn(16, 16, device=KDEV), torch.randn(16, 16, device=KDEV),
+                                      num_warps=0), ValueError, "num_warps", "kernels: 0 warps"),
+]
+
+
+@needs_triton
+@pytest.mark.parametrize("call, error, phrase", KERNEL_PROBES)
+def test_a_bad_kernel_input_gets_a_clear_error(call, error, phrase):
+    with pytest.raises(error, match=phrase):
+        call()
+
+
+@pytest.mark.parametrize("call, phrase", [
+    (lambda: kernels.cuda_add(torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)), "float32 only"),
+    (lambda: kernels.cuda_add(torch.ones(3), torch.ones(3), threads=2048), "threads must be an int from 1 to 1024"),
+    (lambda: kernels.cuda_add(torch.ones(3), torch.ones(3), blocks=0), "blocks must be an int"),
+])
+def test_cuda_add_checks_its_arguments_before_the_machine(call, phrase):
+    """R on a GPU (a TORCH_CHECK 'float32 only' without advice, a failed launch), and on a machine without one
+    only the 'cannot be compiled here' error: the arguments are now checked first, the same everywhere."""
+    with pytest.raises(ValueError, match=phrase):
+        call()
+
+
+VIZ_PROBES = [
+    probe("R", lambda viz: viz.plot_roofline(1e12, 1e9, [("a", 1.0)]), ValueError, "each point is",
+          "viz: a point without its FLOP/s"),
+    probe("S", lambda viz: viz.plot_roofline(1e12, 1e9, [("a", 0.0, 1e9)]), ValueError, "FLOP/byte > 0",
+          "viz: a point at intensity 0: not drawn"),
+    probe("S", lambda viz: viz.plot_roofline(math.nan, 1e9), ValueError, "positive and finite",
+          "viz: NaN peak: an empty plot"),
+    probe("R", lambda viz: viz.plot_roofline(1e12, 1e9, extra_ceilings=[(2e12,)]), ValueError, "each extra ceiling",
+          "viz: a ceiling without its label"),
+    probe("S", lambda viz: viz.attention_heatmap(5 * torch.randn(3, 3), list("abc"), list("abc")), ValueError,
+          "before the softmax", "viz: scores plotted as weights: colours clipped"),
+    probe("R", lambda viz: viz.attention_explorer(torch.rand(3, 3), list("abc"), list("abc")), ValueError,
+          r"\(H, Tq, Tk\)", "viz: explorer of one head"),
+    probe("R", lambda viz: viz.attention_explorer(torch.rand(1, 2, 3, 3), list("abc"), list("abc")), ValueError,
+          r"weights\[0\]", "viz: explorer of a batch"),
+    probe("R", lambda viz: viz.memory_report_html({"weights": 1}), TypeError, "must be a TrainingMemory",
+          "viz: a dict for the memory"),
+    probe("S", lambda viz: viz.memory_report_html(memory.training_memory(10**6), gpu_gib=-3), ValueError,
+          "gpu_gib must be", "viz: a GPU of -3 GiB"),
+]
+
+
+@pytest.mark.parametrize("call, error, phrase", VIZ_PROBES)
+def test_a_bad_plot_input_gets_a_clear_error(call, error, phrase):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("ipywidgets")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gpuformer_lib import viz
+
+    with pytest.raises(error, match=phrase):
+        call(viz)
+
+
+# ---------------------------------------------------------------------- former S/R probes that now compute
+
+
+@needs_triton
+def test_softmax_of_a_transposed_input_is_right():
+    """S: the kernel stepped through a row one element at a time whatever the column stride, so x.t() gave
+    numbers off by up to 1e9; now such an input is copied first."""
+    x = torch.randn(16, 8, device=KDEV)
+    for view in (x.t(), x[:, ::2]):
+        torch.testing.assert_close(kernels.softmax(view), view.softmax(-1))
+
+
+def test_perplexity_of_a_huge_loss_is_infinite():
+    """R: math.exp(1000) raised OverflowError."""
+    assert generate.perplexity(1000.0) == math.inf
+    assert generate.perplexity(torch.tensor(math.log(50))) == pytest.approx(50)
+
+
+def test_a_negative_duration_is_formatted_with_its_sign():
+    """S: format_seconds(-0.001) gave '-1e+06 ns'."""
+    assert bench.format_seconds(-1e-3) == "-1 ms"
+    assert bench.format_seconds(2.5e-6) == "2.5 µs"
+
+
+def test_attention_heatmap_takes_a_numpy_array():
+    """R: a NumPy array failed with "'numpy.ndarray' object has no attribute 'detach'"."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpuformer_lib import viz
+
+    weights = torch.rand(3, 4).softmax(-1)
+    ax = viz.attention_heatmap(weights.numpy(), list("abc"), list("wxyz"))
+    np.testing.assert_allclose(ax.images[0].get_array(), weights.numpy())
+    plt.close(ax.figure)
+
+
+def test_the_size_checks_accept_numpy_integers_and_leave_good_calls_alone():
+    """The checks reject floats and bools, not NumPy's ints (a sweep over np.arange passes those)."""
+    assert model.transformer_flops(CONFIG, np.int64(2), np.int64(5)) == model.transformer_flops(CONFIG, 2, 5)
+    assert memory.training_memory(np.int64(10**6)).total == 16 * 10**6
+    assert generate.sample(LM, IDS, 3, top_k=100).shape == (2, 8)  # top_k beyond V keeps every token
+    assert model_sizes.char_lm_run(SizePreset("cpu", "test"), 65).batch_size >= 1
