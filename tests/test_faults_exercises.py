@@ -8,6 +8,7 @@ a broken limit fails the test instead of hanging the suite.
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 
@@ -54,21 +55,58 @@ def loops_and_swallows_errors(*args):
             pass
 
 
+def loops_and_swallows_everything(*args):
+    while True:
+        try:
+            sum(range(1000))
+        except:  # noqa: E722 - a bare except, as beginners write it, swallows even a BaseException
+            pass
+
+
+def _swallowing_helper():
+    try:
+        return sum(range(1000))
+    except BaseException:
+        return 0
+
+
+def loops_over_a_helper_that_swallows_everything(*args):
+    while True:
+        try:
+            _swallowing_helper()
+        except BaseException:
+            continue
+
+
+def loops_inside_a_handler(*args):
+    try:
+        raise ValueError("the learner's own error")
+    except ValueError:
+        while True:
+            try:
+                sum(range(1000))
+            except:  # noqa: E722
+                pass
+
+
 def sleeps(*args):
     time.sleep(60)
 
 
 @needs_alarm
-@pytest.mark.parametrize("answer", [loops_forever, loops_and_swallows_errors, sleeps])
+@pytest.mark.parametrize("answer", [loops_forever, loops_and_swallows_errors, loops_and_swallows_everything,
+                                    loops_over_a_helper_that_swallows_everything, loops_inside_a_handler, sleeps])
 @pytest.mark.parametrize("check", [ex.check_attention, ex.check_speedup, ex.check_micro_batch_plan])
 def test_an_endless_answer_gets_a_hint_within_the_time_limit(capsys, monkeypatch, check, answer):
     monkeypatch.setenv("GPUFORMER_CHECK_TIME_LIMIT", "1")
+    trace = sys.gettrace()
     with safety_net() as fire:
         start = time.monotonic()
         result = check(answer)
         elapsed = time.monotonic() - start
         assert signal.getsignal(signal.SIGALRM) is fire  # the outer handler is back...
         assert 10 < signal.getitimer(signal.ITIMER_REAL)[0] < 20  # ...and its timer still runs
+    assert sys.gettrace() is trace  # the tracing that re-raises the limit is gone again
     assert not result and "did not return within 1 s: an endless loop?" in result.message
     assert elapsed < 5
     assert capsys.readouterr().out.strip() == result.message

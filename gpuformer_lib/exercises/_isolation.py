@@ -8,6 +8,7 @@ import inspect
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -27,7 +28,8 @@ TIME_LIMIT_ENV = "GPUFORMER_CHECK_TIME_LIMIT"
 
 class _TimeLimitExceeded(BaseException):
     """Raised inside the learner's code when its time is up. Not an ``Exception``, so that an
-    ``except Exception`` in the learner's loop cannot swallow it."""
+    ``except Exception`` in the learner's loop cannot swallow it. A bare ``except:`` could, so once the
+    time is up a handler that caught it raises it again (see :func:`_raise_in_handlers`)."""
 
 
 def _time_limit_s() -> float:
@@ -44,29 +46,70 @@ def _time_limit_s() -> float:
     return seconds
 
 
+_caller_frame: Any = None  # the frame of _call_with_time_limit while a limited call runs
+_AGAIN_EVERY_S = 0.2  # once the time is up, the limit is raised again this often until the call ends
+
+
+def _trace_learner_frames(frame: Any) -> None:
+    """Trace ``frame`` and the frames below it down to the limited call's own, and every frame started from now."""
+    while frame is not None and frame is not _caller_frame:
+        frame.f_trace, frame.f_trace_lines = _raise_in_handlers, True
+        frame = frame.f_back
+    sys.settrace(_raise_in_handlers)
+
+
+def _raise_in_handlers(frame: Any, event: str, arg: Any) -> Any:
+    """The trace function of the learner's code once its time is up: a line run while handling the limit
+    (the ``pass`` of an ``except: pass``) raises it again, so a handler cannot swallow it."""
+    if event == "line" and sys.exc_info()[0] is _TimeLimitExceeded:
+        raise _TimeLimitExceeded
+    return _raise_in_handlers
+
+
+def _keep_tracing(frame: Any, event: str, arg: Any) -> None:
+    """The profile function once the time is up. A trace function that raises is switched off; this one is
+    called on every call and return (a frame left by the limit, say) and switches it on again."""
+    if sys.gettrace() is None:
+        _trace_learner_frames(frame)
+
+
 def _on_alarm(signum: int, frame: Any) -> None:
+    if frame is _caller_frame or frame.f_code in _OWN_CODE:
+        return  # the call is being tidied up, or the alarm landed in the functions above: try at the next one
+    _trace_learner_frames(frame)
+    sys.setprofile(_keep_tracing)
     raise _TimeLimitExceeded
+
+
+_OWN_CODE = {f.__code__ for f in (_trace_learner_frames, _raise_in_handlers, _keep_tracing, _on_alarm)}
 
 
 def _call_with_time_limit(fn: Callable[..., Any], args: tuple, seconds: float) -> Any:
     """``fn(*args)``, interrupted by :class:`_TimeLimitExceeded` after ``seconds`` (0: never). Without
-    SIGALRM (Windows) or outside the main thread it runs without a limit. The previous SIGALRM handler
-    and timer are restored; a timer already running that would fire first (pytest-timeout, say) stays
-    in charge."""
+    SIGALRM (Windows) or outside the main thread it runs without a limit. The previous SIGALRM handler,
+    timer, trace and profile functions are restored; a timer already running that would fire first
+    (pytest-timeout, say) stays in charge. A loop that swallows the limit in two handlers of the same
+    function (``try: try: ... except: pass except: pass``) can still run on: interrupt the kernel."""
+    global _caller_frame
     if seconds <= 0 or not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
         return fn(*args)
     outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
     if 0 < outer_delay <= seconds:
         return fn(*args)
     outer_handler = signal.signal(signal.SIGALRM, _on_alarm)
+    outer_trace, outer_profile, outer_caller = sys.gettrace(), sys.getprofile(), _caller_frame
+    _caller_frame = sys._getframe()
     start = time.monotonic()
     try:
         try:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
+            signal.setitimer(signal.ITIMER_REAL, seconds, _AGAIN_EVERY_S)
             return fn(*args)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)  # if the alarm fires just before this, the outer finally still runs
+        finally:  # this frame is never traced, and an alarm that lands here returns at once
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            sys.setprofile(outer_profile)  # before the trace function, which the profile function would restore
+            sys.settrace(outer_trace)
     finally:
+        _caller_frame = outer_caller
         signal.signal(signal.SIGALRM, signal.SIG_DFL if outer_handler is None else outer_handler)
         if outer_delay > 0:  # give the outer timer back what it had left
             signal.setitimer(signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - start), 1e-3), outer_interval)
