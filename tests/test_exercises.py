@@ -589,3 +589,20 @@ def test_kernel_checks_ask_for_a_triton_kernel_or_say_triton_is_missing(capsys, 
                                   triton_reason="Triton is not installed (test)")
     monkeypatch.setattr(kernels, "kernel_support", lambda: missing)
     run(capsys, ex.check_gelu_kernel, kernels.add_kernel, "Triton cannot run here: Triton is not installed (test)")
+
+
+def test_numpy_forms_of_a_right_answer_pass(capsys):
+    """Comparisons of numpy values give numpy's bool and argsort gives an ndarray: right answers in those
+    forms pass (the audit found them refused as "not a bool")."""
+    import numpy as np
+    from torch.utils.data import DistributedSampler
+
+    assert ex.check_supports_bf16(lambda cc: np.array(cc[0]) >= 8)
+    assert ex.check_fits_training(lambda n, gib: np.float64(16 * n) <= gib * 2**30)
+    assert ex.check_update_survives(
+        lambda w, u, dtype: np.bool_((torch.tensor(w, dtype=dtype) + u).to(dtype) != torch.tensor(w, dtype=dtype)))
+    assert ex.check_rank_indices(
+        lambda n, w, r: np.array(list(DistributedSampler(range(n), num_replicas=w, rank=r, shuffle=False))))
+    capsys.readouterr()
+    assert not ex.check_supports_bf16(lambda cc: 1)  # a number is not True or False here
+    assert "True or False" in capsys.readouterr().out

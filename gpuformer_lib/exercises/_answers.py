@@ -8,6 +8,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -29,7 +30,17 @@ def _truth(value: Any) -> tuple[bool | None, str | None]:
     """True or False (also from a number or a one-element tensor); otherwise a hint."""
     if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex():
         return bool(value.item()), None
-    if isinstance(value, (bool, numbers.Real)) or type(value).__name__ == "bool_":  # numpy's bool too
+    if isinstance(value, (bool, np.bool_, numbers.Real)):  # numpy's bool is not a numbers.Real
+        return bool(value), None
+    return None, f"Return True or False, not {_describe(value)}."
+
+
+def _bool(value: Any) -> tuple[bool | None, str | None]:
+    """True or False strictly (also numpy's bool or a one-element bool tensor, which comparisons of
+    arrays and tensors return), not a number that happens to be truthy; otherwise a hint."""
+    if isinstance(value, Tensor) and value.numel() == 1 and value.dtype == torch.bool:
+        return bool(value.item()), None
+    if isinstance(value, (bool, np.bool_)):
         return bool(value), None
     return None, f"Return True or False, not {_describe(value)}."
 
@@ -66,6 +77,10 @@ def _tensors(count: int, what: str) -> Callable[[Any], tuple[tuple | None, str |
 def _indices(value: Any) -> tuple[list[int] | None, str | None]:
     """A list, tuple or 1-D integer tensor of indices as a list of Python ints; otherwise a hint."""
     hint = f"Return a list of indices (ints), not {_describe(value)}."
+    if isinstance(value, np.ndarray):  # numpy's argsort and friends
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            return None, hint
+        return [int(item) for item in value], None
     if isinstance(value, Tensor):
         if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
             return None, hint

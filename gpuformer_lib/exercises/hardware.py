@@ -6,7 +6,7 @@ from typing import Callable
 
 import torch
 
-from gpuformer_lib.exercises._answers import _number
+from gpuformer_lib.exercises._answers import _bool, _number
 from gpuformer_lib.exercises._core import CheckResult, _close, _describe, _report, _safe_check, _try
 
 # --------------------------------------------------------------------------- hardware and memory
@@ -46,8 +46,9 @@ def check_supports_bf16(fn: Callable[[tuple[int, int]], bool]) -> CheckResult:
         got, err = _try(fn, cc)
         if err:
             return _report(False, err)
-        if not isinstance(got, bool):
-            return _report(False, f"Return True or False, not {type(got).__name__} ({got!r}) for {cc}.")
+        got, err = _bool(got)
+        if err:
+            return _report(False, f"{err[:-1]} for {cc}.")
         if got != want:
             if cc == (7, 5):
                 hint = "A T4 is compute capability 7.5 (Turing): it has fp16 tensor cores but no bf16."
@@ -77,8 +78,9 @@ def check_fits_training(fn: Callable[[int, float], bool]) -> CheckResult:
         got, err = _try(fn, n, memory_gib)
         if err:
             return _report(False, err)
-        if not isinstance(got, bool):
-            return _report(False, f"Return True or False, not {type(got).__name__} ({got!r}).")
+        got, err = _bool(got)
+        if err:
+            return _report(False, err)
         answers.append(got)
     want = [16 * int(0.9 * budget / b) <= budget for b in per_param_tried]
     if answers == want:
