@@ -24,6 +24,7 @@ import os
 import random
 import re
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -173,24 +174,48 @@ def _content_length(response) -> int | None:
 def _download(url: str, timeout: float, deadline: float, label: str) -> bytes:
     """The bytes at ``url``, read in chunks under a progress bar.
 
-    ``timeout`` bounds each wait for the network, ``deadline`` the whole download: it is checked after
-    every chunk, so a server that trickles a byte at a time is cut off too (at most ``timeout`` late).
+    ``timeout`` bounds each wait for the network, ``deadline`` the whole download, the wait for the
+    server's headers included: the download runs in a worker thread that this one waits for at most
+    ``deadline`` seconds, so a server that trickles its headers or its body a byte at a time is cut off
+    on time. A worker past the deadline is told to stop (it does at its next chunk) and left behind as
+    a daemon thread; what it read is thrown away, and nothing is written.
     """
-    start = time.monotonic()
-    chunks, received = [], 0
-    with urllib.request.urlopen(url, timeout=min(timeout, deadline)) as response:
-        total = _content_length(response)
+    stop, progress, outcome = threading.Event(), {"received": 0, "total": None}, {}
+
+    def work() -> None:
+        try:
+            outcome["payload"] = _read_until_stopped(url, min(timeout, deadline), label, stop, progress)
+        except BaseException as err:  # noqa: BLE001 - handed to the waiting thread, which raises it
+            outcome["error"] = err
+
+    worker = threading.Thread(target=work, name=f"download of {label}", daemon=True)
+    worker.start()
+    try:
+        worker.join(deadline)
+    finally:
+        stop.set()  # past the deadline, or interrupted (Ctrl-C): the worker stops at its next chunk
+    if worker.is_alive() or ("error" not in outcome and outcome.get("payload") is None):  # None: stopped
+        total = progress["total"]
+        of_total = f" of {total:,}" if total else ""
+        raise DownloadTimeoutError(f"downloading {url} did not finish within the deadline of {deadline:g} s "
+                                   f"({progress['received']:,}{of_total} bytes arrived)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["payload"]
+
+
+def _read_until_stopped(url: str, timeout: float, label: str, stop: threading.Event, progress: dict) -> bytes | None:
+    """The body at ``url`` (``timeout`` bounds each wait), or None as soon as ``stop`` is set."""
+    chunks = []
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        progress["total"] = total = _content_length(response)
         read = getattr(response, "read1", response.read)  # read1: what has arrived; read(n) waits for all n
         with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=label) as bar:
-            while chunk := read(_DOWNLOAD_CHUNK):
+            while not stop.is_set() and (chunk := read(_DOWNLOAD_CHUNK)):
                 chunks.append(chunk)
-                received += len(chunk)
+                progress["received"] += len(chunk)
                 bar.update(len(chunk))
-                if time.monotonic() - start > deadline:
-                    of_total = f" of {total:,}" if total else ""
-                    raise DownloadTimeoutError(f"downloading {url} did not finish within the deadline of "
-                                               f"{deadline:g} s ({received:,}{of_total} bytes arrived)")
-    return b"".join(chunks)
+    return None if stop.is_set() else b"".join(chunks)
 
 
 def _fetch(name: str, source: DataSource, timeout: float, deadline: float, how: str) -> bytes:

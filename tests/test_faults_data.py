@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -72,6 +73,26 @@ def test_a_damaged_data_file_is_refused_and_left_as_it_is(tmp_path, monkeypatch,
     assert path.read_bytes() == damaged  # never modified, never deleted
     assert [p.name for p in tmp_path.iterdir()] == [source.filename]  # no stray files either
     assert data.data_path(name, verify=False) == path  # a changed copy used on purpose
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "one byte changed"])
+def test_a_damaged_local_file_is_refused_without_the_shared_folder(tmp_path, monkeypatch, how):
+    """The same check on a data set of the test's own, so that it runs where the shared folder is missing."""
+    payload = "".join(f"line {i}: some text\n" for i in range(2000)).encode()
+    source = data.DataSource("own.txt", "https://example.org/own.txt", hashlib.sha256(payload).hexdigest(), "PD",
+                             "the test", size=len(payload))
+    monkeypatch.setitem(data.DATASETS, "own", source)
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path))
+    path = tmp_path / "own.txt"
+    path.write_bytes(payload)
+    assert data.data_path("own") == path  # intact: used as it is
+    damage(path, how)
+    damaged = path.read_bytes()
+    monkeypatch.setattr(data, "_known_hashes", {})
+    with pytest.raises(data.DataFileError) as err:
+        data.data_path("own")
+    assert str(path) in str(err.value) and f"{len(damaged):,} bytes" in str(err.value) and "Delete it" in str(err.value)
+    assert path.read_bytes() == damaged and [p.name for p in tmp_path.iterdir()] == ["own.txt"]
 
 
 @needs_shared
@@ -161,6 +182,36 @@ def test_a_trickling_download_is_cut_off_at_the_deadline_and_writes_nothing(tmp_
     assert time.monotonic() - start < 0.3 + 1.0  # the whole trickle would take 2 s
     assert "nothing was written" in str(err.value) and "deadline=" in str(err.value)
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+def test_a_server_that_trickles_its_headers_is_cut_off_at_the_deadline(tmp_path, monkeypatch):
+    """urlopen returns only once the headers are in: a deadline checked between body chunks never runs."""
+    monkeypatch.setitem(data.DATASETS, "t", data.DataSource("t.txt", "https://example.org/t", "0" * 64, "PD", "x"))
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "d"))
+
+    def slow_headers(*args, **kwargs):
+        time.sleep(3.0)  # each header byte in time for the per-read timeout, the whole far past the deadline
+        return TricklingResponse(n_bytes=5, seconds_per_byte=0.0)
+
+    monkeypatch.setattr(urllib.request, "urlopen", slow_headers)
+    start = time.monotonic()
+    with pytest.raises(data.DownloadTimeoutError, match="deadline of 0.3 s") as err:
+        data.data_path("t", deadline=0.3)
+    assert time.monotonic() - start < 0.3 + 1.0
+    assert "0 bytes arrived" in str(err.value) and "nothing was written" in str(err.value)
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+def test_a_download_in_time_returns_its_bytes_and_its_errors(monkeypatch):
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: TricklingResponse(n_bytes=3, seconds_per_byte=0))
+    assert data._download("https://example.org/t", timeout=1, deadline=5, label="t") == b"xxx"
+
+    def refused(*args, **kwargs):
+        raise urllib.error.URLError("connection refused")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refused)
+    with pytest.raises(urllib.error.URLError, match="connection refused"):
+        data._download("https://example.org/t", timeout=1, deadline=5, label="t")
 
 
 # --------------------------------------------------------------------------- attention
