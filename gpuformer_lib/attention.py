@@ -124,6 +124,9 @@ def scaled_dot_product_attention(
         raise ValueError("pass either attn_mask or is_causal=True, not both (combine them into one mask)")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not 0 < scale < math.inf):  # NaN fails the comparison too
+        raise ValueError(f"scale must be a finite number > 0, or None for 1/sqrt(hs), got {scale!r}")
     if attn_mask is not None:
         scores_shape = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
         _check_mask(attn_mask, scores_shape, q.device)

@@ -151,7 +151,7 @@ def matmul_flops(m: int, n: int, k: int) -> int:
     """Floating-point operations of an (M, K) @ (K, N) product: M*N*K multiply-adds, 2 FLOPs each."""
     for name, value in (("m", m), ("n", n), ("k", k)):
         _check_count(name, value, 0)
-    return 2 * m * n * k
+    return 2 * int(m) * int(n) * int(k)  # Python ints: NumPy's int32 would wrap around
 
 
 @contextlib.contextmanager

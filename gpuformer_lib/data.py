@@ -396,10 +396,19 @@ class Vocab:
     def build(cls, texts: Iterable[str], tokenize: Callable[[str], list[str]], min_freq: int = 1,
               max_size: int | None = None) -> "Vocab":
         """The tokens seen at least ``min_freq`` times, most frequent first (ties in order of appearance)."""
+        if isinstance(texts, str):  # its items would be characters, each tokenized as a text of its own
+            raise TypeError("texts must be a list of texts, not one string: Vocab.build([text], tokenize)")
+        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+            raise ValueError(f"min_freq must be an int >= 1, got {min_freq!r}")
+        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1):
+            raise ValueError(f"max_size must be an int >= 1 or None (no limit), got {max_size!r}")
         counts = collections.Counter(tok for text in texts for tok in tokenize(text))
         if not counts:
             raise ValueError("cannot build a vocabulary from no text")
         ranked = [t for t, c in sorted(counts.items(), key=lambda kv: -kv[1]) if c >= min_freq]
+        if not ranked:
+            raise ValueError(f"no token occurs min_freq={min_freq} times (the most frequent occurs "
+                             f"{max(counts.values())} times): lower min_freq")
         return cls(ranked[:max_size] if max_size is not None else ranked)
 
     def __len__(self) -> int:
@@ -409,6 +418,9 @@ class Vocab:
         """Ids for ``tokens``; an unknown token becomes <unk> (``unknown="unk"``) or raises (``"error"``)."""
         if unknown not in ("unk", "error"):
             raise ValueError(f"unknown must be 'unk' or 'error', not {unknown!r}")
+        if isinstance(tokens, str) and any(len(t) > 1 for t in self.itos[len(self.SPECIALS):]):
+            raise TypeError(f"encode takes a list of tokens, got the string {tokens[:30]!r}: its characters are not "
+                            "this vocabulary's tokens. Tokenize it first, e.g. vocab.encode(english_words(text))")
         if unknown == "error":
             missing = [t for t in tokens if t not in self.stoi]
             if missing:

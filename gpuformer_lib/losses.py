@@ -19,13 +19,28 @@ def masked_cross_entropy(logits: Tensor, targets: Tensor, padding_mask: Tensor, 
     """Mean cross-entropy over the real tokens: logits (B, T, V), targets (B, T), padding_mask (B, T)
     True at padding. Every real token weighs the same, however the padding is spread.
 
-    A batch that is all padding has no token to average over: its loss is 0, and so is its gradient
-    (never NaN, whose 0 / 0 would spread to every weight). Nothing is read back from the device: no
-    boolean indexing, whose output size the host would have to wait for."""
-    if logits.shape[:-1] != targets.shape or targets.shape != padding_mask.shape:
+    A target below 0 (PyTorch's ``ignore_index=-100``) counts as padding too. A batch that is all
+    padding has no token to average over: its loss is 0, and so is its gradient (never NaN, whose
+    0 / 0 would spread to every weight). Nothing is read back from the device: no boolean indexing,
+    whose output size the host would have to wait for."""
+    if not all(isinstance(t, Tensor) for t in (logits, targets, padding_mask)):
+        raise TypeError("masked_cross_entropy takes three tensors: logits (B, T, V), targets (B, T) and "
+                        "padding_mask (B, T)")
+    if logits.dim() != 3 or logits.shape[:-1] != targets.shape or targets.shape != padding_mask.shape:
         raise ValueError(f"logits {tuple(logits.shape)}, targets {tuple(targets.shape)} and padding_mask "
-                         f"{tuple(padding_mask.shape)} must agree on (B, T)")
-    padding = padding_mask.to(torch.bool)
+                         f"{tuple(padding_mask.shape)} must agree: (B, T, V), (B, T) and (B, T)")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got {logits.dtype}")
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(f"targets must be integer class ids (torch.long), got {targets.dtype}")
+    if padding_mask.dtype != torch.bool:
+        raise TypeError(f"padding_mask must be a bool tensor, True at padding; got {padding_mask.dtype}. A 0/1 mask "
+                        "is ambiguous: Hugging Face's attention_mask is 1 at real tokens, the opposite. Pass "
+                        "attention_mask == 0 for that one, or mask == 1 for a mask that is 1 at padding")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+            or not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
+    padding = padding_mask | (targets < 0)  # ignore_index=-100 and the like: no token to learn there
     # padding positions get logits 0 and target 0: finite values whatever was there, and their losses are
     # dropped below, so the backward pass sends them an exact 0
     logits = logits.masked_fill(padding[..., None], 0.0)
@@ -55,4 +70,19 @@ class LinearSoftmaxCrossEntropy(torch.autograd.Function):
 
 
 def linear_softmax_cross_entropy(x: Tensor, weight: Tensor, bias: Tensor, targets: Tensor) -> Tensor:
+    """cross_entropy(x W^T + b, targets), mean over N, by :class:`LinearSoftmaxCrossEntropy`: x (N, C),
+    weight (V, C), bias (V,), targets (N,) class ids in [0, V). The shapes are checked, since a wrong one
+    would broadcast into a wrong mean; so are the ids (a teaching function: the check reads them back)."""
+    if not all(isinstance(t, Tensor) for t in (x, weight, bias, targets)):
+        raise TypeError("linear_softmax_cross_entropy takes four tensors: x (N, C), weight (V, C), bias (V,), "
+                        "targets (N,)")
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1] or tuple(bias.shape) != weight.shape[:1] \
+            or tuple(targets.shape) != x.shape[:1] or x.shape[0] == 0:
+        raise ValueError(f"x {tuple(x.shape)}, weight {tuple(weight.shape)}, bias {tuple(bias.shape)} and targets "
+                         f"{tuple(targets.shape)} must be (N, C), (V, C), (V,) and (N,) with N >= 1")
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(f"targets must be integer class ids (torch.long), got {targets.dtype}")
+    if targets.min() < 0 or targets.max() >= weight.shape[0]:
+        raise ValueError(f"targets must lie in [0, {weight.shape[0]}) (V = weight.shape[0]), got ids from "
+                         f"{int(targets.min())} to {int(targets.max())}")
     return LinearSoftmaxCrossEntropy.apply(x, weight, bias, targets)

@@ -95,8 +95,9 @@ def layer_activation_bytes(*, d_model: int, n_heads: int, seq_len: int, batch_si
         _check_int(name, value, 1)
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}: no such model can be built")
-    C, H, T, B = d_model, n_heads, seq_len, batch_size
-    F = 4 * C if d_ff is None else d_ff
+    C, H, T, B = int(d_model), int(n_heads), int(seq_len), int(batch_size)  # NumPy's int32 would wrap around
+    F = 4 * C if d_ff is None else int(d_ff)
+    activation_bytes = int(activation_bytes)
     residual = 4 if autocast else activation_bytes
     tokens = T * B
     total = tokens * (2 * C * residual + (6 * C + 2 * F) * activation_bytes)
@@ -156,6 +157,18 @@ def training_memory(
         raise ValueError(f"optimizer must be one of {sorted(_OPTIMIZER_STATE_BYTES)}, not {optimizer!r}")
     _check_int("n_params", n_params, 0)
     _check_int("n_layers", n_layers, 0)
+    for name, value in (("master_weights", master_weights), ("autocast", autocast),
+                        ("fused_attention", fused_attention), ("dropout", dropout), ("checkpointing", checkpointing),
+                        ("count_loss_temporaries", count_loss_temporaries)):
+        if not isinstance(value, bool):  # "no" or "False" would count as True
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    if not n_layers and (checkpointing or d_model or seq_len or batch_size) and not count_loss_temporaries:
+        raise ValueError("activations are counted only with n_layers (and d_model, n_heads, seq_len, batch_size, "
+                         "vocab_size): without it the batch sizes given would be ignored and the activations "
+                         "counted as 0. Pass n_layers, or leave the batch sizes out to count weights and states only")
+    if master_weights and param_bytes == 4:
+        raise ValueError("master_weights=True counts a float32 copy of 16-bit weights, but param_bytes=4 says the "
+                         "weights are float32 already: pass param_bytes=2 for bf16/fp16 weights, or master_weights=False")
     for name, value in (("param_bytes", param_bytes), ("grad_bytes", 1 if grad_bytes is None else grad_bytes),
                         ("activation_bytes", activation_bytes), ("shard_optimizer", shard_optimizer),
                         ("shard_gradients", shard_gradients), ("shard_weights", shard_weights)):
@@ -163,7 +176,13 @@ def training_memory(
     if n_layers or count_loss_temporaries:  # both need the batch's sizes (n_layers also d_model and n_heads, below)
         for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("vocab_size", vocab_size)):
             _check_int(f"{name} (needed with n_layers or count_loss_temporaries)", value, 1)
-    grad_bytes = param_bytes if grad_bytes is None else grad_bytes
+    # Python ints from here on: NumPy's int32 sizes would wrap around in the products below
+    n_params, n_layers, param_bytes, activation_bytes = int(n_params), int(n_layers), int(param_bytes), \
+        int(activation_bytes)
+    shard_optimizer, shard_gradients, shard_weights = int(shard_optimizer), int(shard_gradients), int(shard_weights)
+    if n_layers or count_loss_temporaries:
+        seq_len, batch_size, vocab_size = int(seq_len), int(batch_size), int(vocab_size)
+    grad_bytes = param_bytes if grad_bytes is None else int(grad_bytes)
     activations = recomputed = 0
     if n_layers:
         layer = layer_activation_bytes(d_model=d_model, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,

@@ -63,6 +63,9 @@ class SpeedPlan:
     """AdamW's update as one fused kernel per group of tensors."""
 
     def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if field.type in ("bool", bool) and not isinstance(getattr(self, field.name), bool):
+                raise TypeError(f"{field.name} must be True or False, got {getattr(self, field.name)!r}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or None (float32), not {self.dtype}")
         if self.cuda_graphs and not self.compile:

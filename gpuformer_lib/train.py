@@ -146,6 +146,12 @@ class TrainConfig:
             raise ValueError(f"need 0 <= min_lr_ratio <= 1, got {self.min_lr_ratio}")
         if self.checkpoint_every and not self.checkpoint_path:
             raise ValueError("checkpoint_every needs a checkpoint_path")
+        if not isinstance(self.progress, bool):  # "no" would count as True
+            raise TypeError(f"progress must be True or False, got {self.progress!r}")
+        if self.warmup_steps > self.max_steps:
+            warnings.warn(f"warmup_steps={self.warmup_steps} > max_steps={self.max_steps}: the learning rate never "
+                          f"reaches lr={self.lr} (it ends at {self.max_steps / self.warmup_steps:.0%} of it) and the "
+                          f"{self.schedule} schedule never starts", stacklevel=3)
 
 
 def lr_multiplier(config: TrainConfig) -> Callable[[int], float]:
@@ -157,6 +163,8 @@ def lr_multiplier(config: TrainConfig) -> Callable[[int], float]:
     warmup, total = config.warmup_steps, config.max_steps
 
     def multiplier(step: int) -> float:
+        if step < 0:
+            raise ValueError(f"the schedule starts at step 0, got step {step}")
         s = step + 1
         if s <= warmup:
             return s / warmup
@@ -176,6 +184,10 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     Decaying a LayerNorm's scale or a bias pulls it towards 0, which changes what the layer computes
     rather than regularising how much it relies on any input.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"parameter_groups needs an nn.Module (a model), got {type(model).__name__}")
+    if not (_is_finite(weight_decay) and weight_decay >= 0):  # AdamW checks its default, not the groups' values
+        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:

@@ -26,6 +26,9 @@ The 3 raw ones are left on purpose: an id out of range with ``check_token_ids=Fa
 IndexError or a device-side assert: the price of no host sync), a bad device string (torch's own message
 lists the valid ones) and ``bench.operator_category(None)``. Four former S/R probes now give the right
 answer instead of an error: see the tests at the end.
+
+A second sweep over the public functions (losses, memory, config flags, the vocabulary, the schedule)
+found more silent cases; the probes after "a second sweep" below and the last tests are those.
 """
 
 import math
@@ -34,7 +37,8 @@ import numpy as np
 import pytest
 import torch
 
-from gpuformer_lib import bench, device_measurements as dm, generate, kernels, memory, model, model_sizes, profiles
+from gpuformer_lib import attention, bench, data, device_measurements as dm, generate, kernels, losses, memory, model
+from gpuformer_lib import model_sizes, profiles, speed, train
 from gpuformer_lib.device import SizePreset
 from gpuformer_lib.model import DecoderLM, Transformer, TransformerConfig
 
@@ -63,6 +67,15 @@ def meta_lm():
 def sizes(**changes):
     """training_memory's activation arguments, with ``changes``."""
     return {**dict(n_layers=2, d_model=16, n_heads=2, seq_len=8, batch_size=2, vocab_size=20), **changes}
+
+
+# a masked loss's inputs: logits (2, 5, 7), targets (2, 5), padding True at the last two positions of row 1
+LOGITS = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(1))
+TARGETS = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(2))
+PADDING = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+X4, W6, B6 = torch.randn(4, 3), torch.randn(6, 3), torch.randn(6)
+T4 = torch.tensor([0, 5, 2, 3])
+QKV = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
 
 
 def probe(before, call, error, phrase, id):
@@ -236,6 +249,56 @@ PROBES = [
           ValueError, "gpu_count must be", "profiles: 1.5 GPUs"),
     probe("R", lambda: profiles.training_precision("t4"), TypeError, "must be a DeviceProfile",
           "profiles: a profile name"),
+    # a second sweep, after the first was fixed: the silent cases it found
+    probe("S", lambda: losses.masked_cross_entropy(LOGITS, TARGETS, (~PADDING).long()), TypeError,
+          "attention_mask == 0", "losses: a 0/1 mask that is 1 at real tokens: inverted"),
+    probe("S", lambda: losses.masked_cross_entropy(LOGITS, TARGETS, PADDING, label_smoothing=math.nan), ValueError,
+          "label_smoothing must be", "losses: label_smoothing=nan ignored"),
+    probe("S", lambda: losses.masked_cross_entropy(LOGITS, TARGETS, PADDING, label_smoothing=-0.1), ValueError,
+          "label_smoothing must be", "losses: negative label_smoothing ignored"),
+    probe("S", lambda: losses.linear_softmax_cross_entropy(X4, W6, B6, T4[:2]), ValueError, "must be \\(N, C\\)",
+          "losses: too few targets: mean of the first rows"),
+    probe("S", lambda: losses.linear_softmax_cross_entropy(X4, W6, B6, T4[:, None]), ValueError, "must be \\(N, C\\)",
+          "losses: (N, 1) targets: an (N, N) broadcast"),
+    probe("S", lambda: losses.linear_softmax_cross_entropy(X4, W6, B6[:1], T4), ValueError, "must be \\(N, C\\)",
+          "losses: a bias of one value broadcast"),
+    probe("S", lambda: losses.linear_softmax_cross_entropy(X4, W6, B6, torch.tensor([-1, 0, 1, 2])), ValueError,
+          "must lie in \\[0, 6\\)", "losses: -1 taken as the last class"),
+    probe("S", lambda: memory.training_memory(10**6, d_model=768, n_heads=12, seq_len=1024, batch_size=8,
+                                              vocab_size=50304), ValueError, "only with n_layers",
+          "memory: batch sizes without n_layers: 0 activations"),
+    probe("S", lambda: memory.training_memory(10, master_weights=True), ValueError, "float32 already",
+          "memory: master copies of float32 weights"),
+    probe("S", lambda: memory.training_memory(10, **sizes(autocast="no")), TypeError, "autocast must be True or False",
+          "memory: autocast='no' counted as True"),
+    probe("S", lambda: model.transformer_flops(CONFIG, 2, 5, training="no"), TypeError, "training must be True",
+          "model: training='no': 3x the FLOPs"),
+    probe("S", lambda: config(norm_first="False"), TypeError, "norm_first must be True or False",
+          "model: norm_first='False' builds pre-LN"),
+    probe("S", lambda: config(fused_attention="no"), TypeError, "fused_attention must be True or False",
+          "model: fused_attention='no' is fused"),
+    probe("S", lambda: speed.SpeedPlan(checkpointing="no"), TypeError, "checkpointing must be True or False",
+          "speed: checkpointing='no' checkpoints"),
+    probe("S", lambda: train.TrainConfig(progress="no"), TypeError, "progress must be True or False",
+          "train: progress='no' shows the bar"),
+    probe("S", lambda: train.parameter_groups(LM, math.nan), ValueError, "weight_decay must be",
+          "train: NaN weight decay: NaN weights after a step"),
+    probe("S", lambda: train.parameter_groups(LM, -0.1), ValueError, "weight_decay must be",
+          "train: negative weight decay"),
+    probe("S", lambda: train.lr_multiplier(train.TrainConfig(max_steps=10, warmup_steps=2))(-3), ValueError,
+          "starts at step 0", "train: a negative step: a negative lr"),
+    probe("S", lambda: data.Vocab.build(["the cat sat"], data.english_words).encode("the cat"), TypeError,
+          "list of tokens", "data: a string to a word vocabulary: every character <unk>"),
+    probe("S", lambda: data.Vocab.build("the cat sat", data.english_words), TypeError, "not one string",
+          "data: one string as the texts: a character vocabulary"),
+    probe("S", lambda: data.Vocab.build(["a b b"], str.split, max_size=-1), ValueError, "max_size must be",
+          "data: max_size=-1 drops the last token"),
+    probe("S", lambda: data.Vocab.build(["a b b"], str.split, min_freq=5), ValueError, "lower min_freq",
+          "data: min_freq filters out every token: only the specials"),
+    probe("S", lambda: attention.scaled_dot_product_attention(*QKV, scale=math.nan), ValueError, "scale must be",
+          "attention: scale=nan: NaN output"),
+    probe("S", lambda: attention.scaled_dot_product_attention(*QKV, scale=-1.0), ValueError, "scale must be",
+          "attention: negative scale inverts the attention"),
 ]
 
 
@@ -371,3 +434,32 @@ def test_the_size_checks_accept_numpy_integers_and_leave_good_calls_alone():
     assert memory.training_memory(np.int64(10**6)).total == 16 * 10**6
     assert generate.sample(LM, IDS, 3, top_k=100).shape == (2, 8)  # top_k beyond V keeps every token
     assert model_sizes.char_lm_run(SizePreset("cpu", "test"), 65).batch_size >= 1
+
+
+def test_ignore_index_targets_count_as_padding():
+    """PyTorch's -100 in the targets: those positions were in the mean's denominator (a loss too small)."""
+    reference = torch.nn.functional.cross_entropy(LOGITS.flatten(0, 1), TARGETS.masked_fill(PADDING, -100).flatten())
+    got = losses.masked_cross_entropy(LOGITS, TARGETS.masked_fill(PADDING, -100), torch.zeros_like(PADDING))
+    torch.testing.assert_close(got, reference)
+    torch.testing.assert_close(got, losses.masked_cross_entropy(LOGITS, TARGETS, PADDING))
+
+
+def test_numpy_int32_sizes_do_not_wrap_around():
+    """NumPy's int32 passed the size checks, and the products then wrapped around (7e12 FLOPs became 5e8)."""
+    config_ = model.gpt2_config()
+    assert model.transformer_flops(config_, np.int32(8), np.int32(1024)) == model.transformer_flops(config_, 8, 1024)
+    assert memory.training_memory(np.int32(10**9)).total == 16 * 10**9
+    assert bench.matmul_flops(*[np.int32(4096)] * 3) == 2 * 4096**3
+    assert memory.layer_activation_bytes(d_model=np.int32(4096), n_heads=np.int32(32), seq_len=np.int32(8192),
+                                         batch_size=np.int32(64)) == \
+        memory.layer_activation_bytes(d_model=4096, n_heads=32, seq_len=8192, batch_size=64)
+
+
+def test_a_character_vocabulary_still_encodes_a_string():
+    chars = data.Vocab(sorted(set("hello")))
+    assert chars.encode("hello") == chars.encode(list("hello"))
+
+
+def test_warmup_longer_than_the_run_is_said():
+    with pytest.warns(UserWarning, match="never reaches"):
+        train.TrainConfig(max_steps=5, warmup_steps=100)
