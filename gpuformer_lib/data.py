@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import hashlib
 import io
+import numbers
 import operator
 import os
 import random
@@ -566,6 +567,14 @@ def padding_fraction(batches: Iterable[Sequence[int]], lengths: Sequence[int]) -
     for n, batch in enumerate(batches):
         if len(batch) == 0:
             raise ValueError(f"batch {n} is empty: a sampler should not yield empty batches")
+        bad = [i for i in batch
+               if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < len(lengths)]
+        if bad:
+            raise ValueError(f"batch {n} holds {bad[:3]}: indices must be ints in [0, {len(lengths)})")
+        short = [lengths[i] for i in batch
+                 if isinstance(lengths[i], bool) or not isinstance(lengths[i], numbers.Integral) or lengths[i] < 0]
+        if short:
+            raise ValueError(f"lengths must be ints >= 0, got {short[:3]} in batch {n}")
         longest = max(lengths[i] for i in batch)
         total += longest * len(batch)
         real += sum(lengths[i] for i in batch)
@@ -625,6 +634,8 @@ class StepBatches:
             return next(self._iterator)
 
     def __call__(self, step: int):
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
         epoch, index = divmod(step, self.per_epoch)
         if step == self._next_step and index != 0:
             batch = self._next(step)

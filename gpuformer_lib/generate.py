@@ -123,7 +123,8 @@ def perplexity(mean_loss: float) -> float:
             raise ValueError(f"perplexity needs the mean loss, one number, got a tensor of shape "
                              f"{tuple(mean_loss.shape)}: take .mean() first")
         mean_loss = mean_loss.item()
-    if not isinstance(mean_loss, numbers.Real) or math.isnan(mean_loss) or mean_loss < 0:
+    if isinstance(mean_loss, bool) or not isinstance(mean_loss, numbers.Real) or math.isnan(mean_loss) \
+            or mean_loss < 0:
         raise ValueError(f"a cross-entropy loss is a number >= 0, got {mean_loss!r}: a NaN loss means training "
                          "diverged, a negative one that this is not a cross-entropy")
     try:

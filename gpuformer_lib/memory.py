@@ -168,7 +168,8 @@ def training_memory(
                          "counted as 0. Pass n_layers, or leave the batch sizes out to count weights and states only")
     if master_weights and param_bytes == 4:
         raise ValueError("master_weights=True counts a float32 copy of 16-bit weights, but param_bytes=4 says the "
-                         "weights are float32 already: pass param_bytes=2 for bf16/fp16 weights, or master_weights=False")
+                         "weights are float32 already: pass param_bytes=2 for bf16/fp16 weights, or "
+                         "master_weights=False")
     for name, value in (("param_bytes", param_bytes), ("grad_bytes", 1 if grad_bytes is None else grad_bytes),
                         ("activation_bytes", activation_bytes), ("shard_optimizer", shard_optimizer),
                         ("shard_gradients", shard_gradients), ("shard_weights", shard_weights)):

@@ -239,6 +239,8 @@ def _check_memory(memory: Tensor, tgt: Tensor, model_dtype: torch.dtype) -> None
     (or any float dtype under autocast, which casts)."""
     if memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
         raise ValueError(f"memory must have shape (B, S, C) with B = {tgt.shape[0]}, got {tuple(memory.shape)}")
+    if memory.shape[1] == 0:  # cross-attention over nothing gives zeros: a decoder that ignores its source
+        raise ValueError("memory has no source positions (S = 0): encode a source of at least one token")
     if memory.device != tgt.device:
         raise ValueError(f"memory is on {memory.device} but tgt on {tgt.device}: put both on the model's device")
     if not memory.is_floating_point() or (memory.dtype != model_dtype
