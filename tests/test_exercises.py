@@ -606,3 +606,10 @@ def test_numpy_forms_of_a_right_answer_pass(capsys):
     capsys.readouterr()
     assert not ex.check_supports_bf16(lambda cc: 1)  # a number is not True or False here
     assert "True or False" in capsys.readouterr().out
+
+
+def test_the_matmul_intensity_message_states_the_right_counts(capsys):
+    """The review found "~n/3 FLOPs per element" here: n/3 is per byte of a 16-bit format, 2n/3 per element."""
+    result = ex.check_matmul_intensity(lambda m, n, k, b: 2 * m * n * k / ((m * k + k * n + m * n) * b))
+    assert result and "2n/3 FLOPs per element" in result.message and "n/3 per byte" in result.message
+    assert "1365 FLOP/B at n = 4096" in result.message and "15.9 FLOP/B" in result.message  # 4096/3; 2*16*4096^2/(2*...)
