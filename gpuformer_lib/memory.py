@@ -28,6 +28,7 @@ from typing import Callable, ContextManager, Iterator
 import torch
 from torch import nn
 
+from gpuformer_lib._checks import require_bools
 from gpuformer_lib import gpu
 from gpuformer_lib.profiles import DeviceProfile, rehearsal_name
 
@@ -157,11 +158,8 @@ def training_memory(
         raise ValueError(f"optimizer must be one of {sorted(_OPTIMIZER_STATE_BYTES)}, not {optimizer!r}")
     _check_int("n_params", n_params, 0)
     _check_int("n_layers", n_layers, 0)
-    for name, value in (("master_weights", master_weights), ("autocast", autocast),
-                        ("fused_attention", fused_attention), ("dropout", dropout), ("checkpointing", checkpointing),
-                        ("count_loss_temporaries", count_loss_temporaries)):
-        if not isinstance(value, bool):  # "no" or "False" would count as True
-            raise TypeError(f"{name} must be True or False, got {value!r}")
+    require_bools(master_weights=master_weights, autocast=autocast, fused_attention=fused_attention, dropout=dropout,
+                  checkpointing=checkpointing, count_loss_temporaries=count_loss_temporaries)
     if not n_layers and (checkpointing or d_model or seq_len or batch_size) and not count_loss_temporaries:
         raise ValueError("activations are counted only with n_layers (and d_model, n_heads, seq_len, batch_size, "
                          "vocab_size): without it the batch sizes given would be ignored and the activations "

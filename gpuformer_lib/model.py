@@ -23,6 +23,7 @@ import numbers
 import torch
 from torch import Tensor, nn
 
+from gpuformer_lib._checks import require_bool_fields, require_bools
 from gpuformer_lib.layers import DecoderLayer, EncoderLayer, LayerStack, PositionalEncoding
 
 
@@ -86,9 +87,7 @@ class TransformerConfig:
         if self.n_encoder_layers < 0 or self.n_decoder_layers < 1:
             raise ValueError(f"need n_encoder_layers >= 0 and n_decoder_layers >= 1, got "
                              f"{self.n_encoder_layers} and {self.n_decoder_layers}")
-        for name in ("norm_first", "tie_embeddings", "share_src_tgt_embeddings", "fused_attention", "check_token_ids"):
-            if not isinstance(getattr(self, name), bool):  # "False" or "no" would count as True
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        require_bool_fields(self)
         if isinstance(self.dropout, bool) or not isinstance(self.dropout, numbers.Real):
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         if self.d_model % self.n_heads:
@@ -147,8 +146,7 @@ def transformer_flops(config: TransformerConfig, batch_size: int, tgt_len: int, 
     """
     if not isinstance(config, TransformerConfig):
         raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-    if not isinstance(training, bool):
-        raise TypeError(f"training must be True (forward and backward) or False (forward only), got {training!r}")
+    require_bools(training=training)
     for name, value, least in (("batch_size", batch_size, 1), ("tgt_len", tgt_len, 1), ("src_len", src_len, 0)):
         if not _is_int(value) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}"

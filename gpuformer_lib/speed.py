@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from gpuformer_lib._checks import require_bool_fields
 from gpuformer_lib.bench import float32_matmul_precision
 from gpuformer_lib.layers import LayerStack
 from gpuformer_lib.model import TransformerConfig
@@ -63,9 +64,7 @@ class SpeedPlan:
     """AdamW's update as one fused kernel per group of tensors."""
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            if field.type in ("bool", bool) and not isinstance(getattr(self, field.name), bool):
-                raise TypeError(f"{field.name} must be True or False, got {getattr(self, field.name)!r}")
+        require_bool_fields(self)
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be torch.bfloat16, torch.float16 or None (float32), not {self.dtype}")
         if self.cuda_graphs and not self.compile:

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from gpuformer_lib._checks import require_bool_fields
 from gpuformer_lib.checkpoint import check_finite, checkpoint_error, read_checkpoint, write_checkpoint
 from gpuformer_lib.device import pick_device
 from gpuformer_lib.rng import derived_seed, isolated_rng
@@ -146,8 +147,7 @@ class TrainConfig:
             raise ValueError(f"need 0 <= min_lr_ratio <= 1, got {self.min_lr_ratio}")
         if self.checkpoint_every and not self.checkpoint_path:
             raise ValueError("checkpoint_every needs a checkpoint_path")
-        if not isinstance(self.progress, bool):  # "no" would count as True
-            raise TypeError(f"progress must be True or False, got {self.progress!r}")
+        require_bool_fields(self)
         if self.warmup_steps > self.max_steps:
             warnings.warn(f"warmup_steps={self.warmup_steps} > max_steps={self.max_steps}: the learning rate never "
                           f"reaches lr={self.lr} (it ends at {self.max_steps / self.warmup_steps:.0%} of it) and the "
