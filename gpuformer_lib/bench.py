@@ -357,6 +357,30 @@ def format_rate(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+# --------------------------------------------------------------------------- impossible values
+
+
+class ImpossibleValueError(ValueError):
+    """A measured fraction of a ceiling above 100 %, or a negative rate: the ceiling or the measurement is
+    wrong, and a page that printed it would teach something false."""
+
+
+def check_fraction(what: str, value: float, *, ceiling: str = "the ceiling") -> float:
+    """``value`` (a utilisation, an efficiency, a fraction of a roof) if it lies in [0, 1]; otherwise an
+    :class:`ImpossibleValueError` that says what the number means and what to check."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    if value < 0:
+        raise ImpossibleValueError(f"{what} = {value:.3g} is negative: a time or a count went wrong (a clock "
+                                   "read before the work finished, or a subtraction the wrong way round)")
+    if value > 1:
+        raise ImpossibleValueError(
+            f"{what} = {100 * value:.0f} % of {ceiling}: nothing runs faster than its ceiling, so the ceiling is "
+            "not one for this work (a datasheet peak of another format or unit, a bandwidth measured on a "
+            "working set of another size, FLOPs or bytes miscounted) or the timing did not wait for the work")
+    return float(value)
+
+
 # --------------------------------------------------------------------------- MFU
 
 

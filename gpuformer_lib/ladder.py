@@ -190,7 +190,8 @@ class PyTorchLM(nn.Module):
         T = ids.shape[1]
         x = self.embed(ids) * self.embed.embedding_dim ** 0.5 + self.pos(torch.arange(T, device=ids.device))
         mask = nn.Transformer.generate_square_subsequent_mask(T, device=ids.device, dtype=x.dtype)
-        return self.lm_head(self.blocks(x, mask=mask, is_causal=True))
+        return self.lm_head(self.blocks(x, mask=mask, is_causal=True) * self.embed.embedding_dim ** -0.5)  # tied: as
+        # the library's OutputProjection, so the losses compare
 
 
 def skip_reason(rung: Rung, profile: DeviceProfile, device: torch.device) -> str | None:

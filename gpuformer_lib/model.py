@@ -61,7 +61,9 @@ class TransformerConfig:
     positional: str = "sinusoidal"
     """'sinusoidal' (fixed, the paper) or 'learned' (a trained table, GPT)."""
     tie_embeddings: bool = True
-    """Share the target embedding with the output projection (§3.4), saving vocab_size * d_model weights."""
+    """Share the target embedding with the output projection (§3.4), saving vocab_size * d_model weights;
+    the shared projection scales its input by d_model^-1/2 so that the first loss is near log(vocab_size)
+    (see :class:`OutputProjection`)."""
     share_src_tgt_embeddings: bool = False
     """Use one embedding for source and target (needs one shared vocabulary)."""
     fused_attention: bool = True
@@ -177,9 +179,9 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 class TokenEmbedding(nn.Embedding):
     """Token ids (B, T) -> vectors (B, T, C) scaled by sqrt(C), with the ids checked first.
 
-    Initialised with standard deviation C^-1/2, so the scaled vectors have unit size and, when the
-    output layer shares these weights, the first logits are of order 1 (nn.Embedding's default,
-    N(0, 1), would make them of order sqrt(C) and the first losses far above log(vocab_size)).
+    Initialised with standard deviation C^-1/2, so the scaled vectors have unit size (nn.Embedding's
+    default, N(0, 1), would make them of size sqrt(C)). An output layer that shares these weights scales
+    its input back (:class:`OutputProjection`), so the first logits are of order 1.
 
     Rank, dtype, device and T >= 1 are checked always (they cost nothing: no data is read). The range of
     the ids only with ``check_ids`` and outside ``torch.compile``, because it reads the ids back: with it
@@ -217,6 +219,30 @@ class TokenEmbedding(nn.Embedding):
                 raise ValueError(f"token ids must lie in [0, {self.num_embeddings}), got values from {low} to "
                                  f"{high}: check the vocabulary size in the config")
         return super().forward(ids) * math.sqrt(self.embedding_dim)
+
+
+class OutputProjection(nn.Linear):
+    """Vectors (B, T, C) -> logits (B, T, vocab_size); with ``tied_to`` an embedding, its weights, scaled.
+
+    Why the scale: a :class:`TokenEmbedding` row e has entries of variance 1/C (so |e|^2 ~ 1) and enters the
+    residual stream as sqrt(C) e; at initialisation the stream still carries it almost unchanged, and the
+    final layer norm keeps it at unit-size entries. A tied projection then gives the input token the logit
+    sqrt(C) e . e ~ sqrt(C) (8 for C = 64) and every other token sqrt(C) e . e_v ~ N(0, 1): the untrained
+    model predicts "repeat the input" and starts far above the loss of an even guess, log(vocab_size).
+    Multiplying the vectors by C^-1/2 before the tied projection (as T5 does when it ties its embeddings)
+    brings the input token's logit to ~1 and the others to ~N(0, 1/C), and the
+    first loss to about log(vocab_size). An untied projection keeps nn.Linear's initialisation and no scale.
+    """
+
+    def __init__(self, d_model: int, vocab_size: int, tied_to: nn.Embedding | None = None):
+        super().__init__(d_model, vocab_size, bias=False)
+        self.scale = 1.0
+        if tied_to is not None:
+            self.weight = tied_to.weight
+            self.scale = d_model ** -0.5
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x * self.scale if self.scale != 1.0 else x)  # (B, T, C) -> (B, T, vocab_size)
 
 
 def _check_padding_mask(mask: Tensor | None, like: Tensor, name: str, what: str = "its token ids") -> Tensor | None:
@@ -266,9 +292,7 @@ class Transformer(nn.Module):
         fused = dict(fused_attention=c.fused_attention)
         self.encoder = LayerStack([EncoderLayer(*layer_args, **fused) for _ in range(c.n_encoder_layers)], c.d_model)
         self.decoder = LayerStack([DecoderLayer(*layer_args, **fused) for _ in range(c.n_decoder_layers)], c.d_model)
-        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        if c.tie_embeddings:
-            self.generator.weight = self.tgt_embed.weight
+        self.generator = OutputProjection(c.d_model, c.vocab_size, self.tgt_embed if c.tie_embeddings else None)
 
     def encode(self, src: Tensor, src_padding_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, C)."""
@@ -307,9 +331,7 @@ class DecoderLM(nn.Module):
         self.blocks = LayerStack([EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
                                                causal=True, fused_attention=c.fused_attention)
                                   for _ in range(c.n_decoder_layers)], c.d_model)
-        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        if c.tie_embeddings:
-            self.lm_head.weight = self.embed.weight
+        self.lm_head = OutputProjection(c.d_model, c.vocab_size, self.embed if c.tie_embeddings else None)
 
     def forward(self, ids: Tensor, padding_mask: Tensor | None = None) -> Tensor:
         x = self.embed(ids)  # checks the ids first

@@ -2,9 +2,11 @@
 padding invariance, input checks and the config's errors."""
 
 import dataclasses
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from gpuformer_lib.layers import DecoderLayer, EncoderLayer, PositionalEncoding, sinusoidal_encoding
@@ -208,3 +210,18 @@ def test_the_input_checks_keep_one_compiled_graph():
     memory = tr.encode(ids, mask)
     decode = torch.compile(tr.decode, fullgraph=True, backend="eager")
     torch.testing.assert_close(decode(tgt, memory, mask), tr.decode(tgt, memory, mask))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("vocab, width", [(16, 64), (1000, 256)])
+def test_an_untrained_model_starts_near_the_loss_of_an_even_guess(tie, vocab, width):
+    # log(V) is what a model that spreads its bets evenly scores; a tied head without its C^-1/2 scale
+    # started at 6.28 for V = 16, C = 64 (log 16 = 2.77), predicting its input token everywhere
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=vocab, d_model=width, n_heads=4, n_encoder_layers=2, n_decoder_layers=2,
+                               d_ff=2 * width, dropout=0.0, max_len=64, tie_embeddings=tie)
+    ids = torch.randint(0, vocab, (8, 32))
+    targets = torch.randint(0, vocab, (8, 32))
+    for logits in (DecoderLM(config)(ids), Transformer(config)(ids, ids)):
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1)).item()
+        assert abs(loss - math.log(vocab)) < 0.3, (loss, math.log(vocab))

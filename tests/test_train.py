@@ -36,13 +36,14 @@ def loss_fn(m, batch):
     return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1)), y.numel()
 
 
-CONFIG = TrainConfig(max_steps=40, lr=3e-3, warmup_steps=5, log_every=1, progress=False, weight_decay=0.01)
+CONFIG = TrainConfig(max_steps=40, lr=1e-2, warmup_steps=5, log_every=1, progress=False, weight_decay=0.01)
 
 
 def test_loss_follows_the_stored_reference_curve():
     history = train(model(), loss_fn, get_batch, CONFIG)
     assert len(history.loss) == 40 and history.tokens[-1] == 40 * 16 * 16
-    assert sum(history.loss[-5:]) / 5 < 0.75 * sum(history.loss[:5]) / 5  # it learns
+    assert abs(history.loss[0] - math.log(V)) < 0.15  # starts at an even guess over the V tokens
+    assert sum(history.loss[-5:]) / 5 < math.log(V) - 0.1  # and learns
     reference = json.loads(GOLDEN.read_text())["loss"]
     torch.testing.assert_close(torch.tensor(history.loss), torch.tensor(reference), rtol=2e-2, atol=2e-2)
 
