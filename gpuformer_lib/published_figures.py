@@ -2,29 +2,37 @@
 
 Add a figure only from a source you opened and read yourself, with a verbatim quote that contains the
 number. Keys are unique; ``tests/test_published.py`` checks every entry and that the book's appendix page
-(``book/published_figures.md``) lists them all.
+(``book/published_figures.md``, written by ``python -m gpuformer_lib.published``) lists them all.
 """
 
 from gpuformer_lib.published import PublishedFigure as F
 
+SETUP = (
+    # GPUs a learner meets: memory, compute capability, what a host sync or a transfer costs
+)
+
 HARDWARE = (
-    # chapters 0-1: datasheets and measured matrix-product rates and bandwidths
+    # datasheet peaks and bandwidths; measured matrix-product rates and copy bandwidths
 )
 
 KERNELS = (
-    # chapter 2: kernels, bandwidth, occupancy
+    # kernels: bandwidth reached, occupancy, Triton and CUDA kernel benchmarks
 )
 
 ATTENTION = (
-    # chapters 3-4: fused attention, FlashAttention, MQA/GQA, KV cache
+    # fused attention, FlashAttention, the memory of explicit attention
+)
+
+HEADS = (
+    # multi-head, MQA/GQA, the KV cache, decoding speed
 )
 
 MODEL = (
-    # chapter 5: layers and model step times, positional encodings
+    # layers and model step times, positional encodings, tensor-core-friendly shapes
 )
 
 OPTIMIZERS = (
-    # chapter 6: optimizer memory and step time, losses
+    # optimizer memory and step time, losses, clipping
 )
 
-FIGURES: tuple[F, ...] = HARDWARE + KERNELS + ATTENTION + MODEL + OPTIMIZERS
+FIGURES: tuple[F, ...] = SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS

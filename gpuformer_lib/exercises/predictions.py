@@ -1,0 +1,58 @@
+"""Predict-then-measure exercises: the learner predicts a number, a cell measures it, a check grades it.
+
+The learner writes a function that predicts a number from what the chapter taught (a memory size, a
+FLOP count, a time from a measured peak, a ratio). The notebook measures the same quantity on the
+device that runs it and calls :func:`grade_prediction`, which passes when the prediction lies within a
+stated factor of the measurement, says by how much it missed either way, and explains the gap: what a
+prediction that is too high or too low usually leaves out. Topic modules wrap it with their own
+tolerances and explanations (e.g. ``hardware.check_matmul_time_prediction``).
+
+Leaves out: the measurement (the notebook does it, with ``bench``), and exact-answer checks.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from gpuformer_lib.exercises._answers import _number
+from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def grade_prediction(predicted, measured: float, *, quantity: str, unit: str, within: float = 2.0,
+                     too_high: str = "", too_low: str = "", why_close: str = "") -> CheckResult:
+    """Grade a predicted number against a measured one: a pass when measured / within <= predicted <=
+    measured * within (``within`` a factor > 1). The message gives both numbers and their ratio, and
+    ``too_high`` / ``too_low`` (what such a prediction leaves out) on a miss, ``why_close`` on a pass
+    (what still separates the two numbers)."""
+    measured = _positive("measured", measured)
+    within = _positive("within", within)
+    if within <= 1:
+        raise ValueError(f"within is a factor > 1 (2.0 accepts half to twice the measurement), got {within!r}")
+    # the measurement and the tolerance are the notebook's: a bad one raises; the learner's answer never does
+    return _grade(predicted, measured, quantity, unit, within, too_high, too_low, why_close)
+
+
+@_safe_check
+def _grade(predicted, measured: float, quantity: str, unit: str, within: float, too_high: str, too_low: str,
+           why_close: str) -> CheckResult:
+    """Predict a positive number; it passes within the stated factor of the measurement."""
+    value, hint = _number(predicted)
+    if hint:
+        return _report(False, f"Predict a number for {quantity} (in {unit}), not {_describe(predicted)}.")
+    if not math.isfinite(value) or value <= 0:
+        return _report(False, f"A {quantity} is a positive number of {unit}; you predicted {value!r}.")
+    ratio = value / measured
+    said = (f"You predicted {value:.3g} {unit} for {quantity}; this device measured {measured:.3g} {unit} "
+            f"(prediction / measurement = {ratio:.2f}).")
+    if 1 / within <= ratio <= within:
+        return _report(True, f"{said} Within a factor of {within:g}. {why_close}".strip())
+    if ratio > within:
+        return _report(False, f"{said} Too high by {ratio:.1f}x. {too_high}".strip())
+    return _report(False, f"{said} Too low by {1 / ratio:.1f}x. {too_low}".strip())
