@@ -1,0 +1,293 @@
+"""The online softmax and FlashAttention's tiling, forward pass, written out in PyTorch.
+
+Attention as written, softmax(Q Kᵀ / sqrt(d)) V, builds the (T_q, T_k) matrix of scores, then the
+matrix of probabilities, and keeps the probabilities for the backward pass: O(T²) memory per head.
+FlashAttention (Dao et al., 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with
+IO-Awareness"; Dao, 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+Partitioning") computes the same numbers one tile of keys at a time and never holds the whole matrix.
+What makes that possible is the **online softmax** (Milakov and Gimelshein, 2018, "Online normalizer
+calculation for softmax"): a softmax's normaliser can be accumulated block by block if the running sum
+is rescaled whenever the running maximum grows,
+
+    m_new = max(m, max_j x_j)                                  (running maximum)
+    l_new = l · exp(m − m_new) + Σ_j exp(x_j − m_new)          (rescaled running sum)
+
+and attention's output can be accumulated the same way (FlashAttention-2, Algorithm 1):
+
+    acc_new = acc · exp(m − m_new) + exp(S_block − m_new) · V_block,    output = acc / l.
+
+This module has:
+
+- :func:`online_softmax_update` (the two lines above), :func:`online_softmax` (a softmax that reads its
+  input one block of columns at a time);
+- :func:`tiled_attention`: attention over query tiles and key tiles, with the running max, sum and
+  output accumulator kept in float32 (float64 for float64 inputs); with ``is_causal`` it skips the tiles above the diagonal;
+- :func:`minimal_attention`: the explicit computation with nothing added (a precomputed boolean mask, no
+  input checks, no guard for fully masked rows), the like-for-like baseline for timing fused kernels;
+- :class:`PeakTensorBytes` / :func:`peak_bytes`: the peak of the bytes held by tensors created while a
+  function runs, measured on any device (a ``TorchDispatchMode`` that watches every tensor an operation
+  returns until it is freed); on a CUDA GPU :func:`peak_bytes` asks the allocator instead;
+- the course's predictions: :func:`attention_flops`, :func:`explicit_attention_bytes`,
+  :func:`tiled_attention_bytes`, and roofline times for a GPU (:func:`explicit_attention_seconds`,
+  :func:`fused_attention_seconds`).
+
+Leaves out: the backward pass (FlashAttention recomputes the tiles from the saved log-sum-exp instead of
+storing the probabilities), dropout, arbitrary masks (only causal or none), and speed: the loops run in
+Python, one small matrix product per tile, so on a GPU this is slower than PyTorch's fused kernels, which
+do the same work inside one kernel with the tiles held in on-chip memory (Triton's tutorial 06 writes
+such a kernel).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Callable
+
+import torch
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from gpuformer_lib import gpu_view
+
+# --------------------------------------------------------------------------- the online softmax
+
+
+def _check_block(block_size: int, name: str = "block_size") -> None:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {block_size!r}")
+
+
+def online_softmax_update(m: Tensor, l: Tensor, x_block: Tensor) -> tuple[Tensor, Tensor]:
+    """One step of the online softmax: fold a block of columns ``x_block`` (..., n) into the running
+    maximum ``m`` (...) and the running sum ``l`` (...) of exp(x − m). Start from m = −inf, l = 0.
+
+    The old sum was taken relative to the old maximum; relative to the new one each of its terms is
+    smaller by exp(m − m_new), so the sum is rescaled by that factor before the block's terms are added.
+    A row whose entries so far are all −inf (fully masked) keeps m = −inf and l = 0 (no NaN)."""
+    m_new = torch.maximum(m, x_block.amax(dim=-1))
+    # subtract a finite number: where every entry so far is -inf, exp(-inf - (-inf)) would be NaN
+    base = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+    l_new = l * torch.exp(m - base) + torch.exp(x_block - base.unsqueeze(-1)).sum(dim=-1)
+    return m_new, l_new
+
+
+def online_softmax(x: Tensor, block_size: int = 64) -> Tensor:
+    """Softmax over the last dimension, reading ``x`` one block of ``block_size`` columns at a time to
+    find each row's maximum and normaliser (one pass), then normalising (a second pass). Equals
+    ``torch.softmax(x, -1)``; a row of only −inf gets zeros (``torch.softmax`` gives NaN there)."""
+    _check_block(block_size)
+    if not x.is_floating_point() or x.dim() < 1:
+        raise ValueError(f"x must be a floating-point tensor with at least one dimension, got {x.dtype} {tuple(x.shape)}")
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32  # 16-bit inputs: accumulate in float32
+    xf = x.to(work)
+    m = torch.full(xf.shape[:-1], float("-inf"), device=x.device, dtype=work)
+    l = torch.zeros(xf.shape[:-1], device=x.device, dtype=work)
+    for start in range(0, xf.shape[-1], block_size):
+        m, l = online_softmax_update(m, l, xf[..., start:start + block_size])
+    base = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    p = torch.exp(xf - base.unsqueeze(-1)) / l.clamp_min(torch.finfo(work).tiny).unsqueeze(-1)
+    return p.to(x.dtype)
+
+
+# --------------------------------------------------------------------------- attention, tiled and minimal
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or not t.is_floating_point() or t.dim() < 2:
+            raise ValueError(f"{name} must be a floating-point tensor of shape (..., T, hs)")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q {tuple(q.shape)} {q.dtype}, k {tuple(k.shape)} {k.dtype}, v {tuple(v.shape)} {v.dtype}: "
+                         "q and k need one head size, k and v one number of keys, all three one dtype")
+
+
+def tiled_attention(q: Tensor, k: Tensor, v: Tensor, *, block_q: int = 64, block_k: int = 64,
+                    is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """softmax(q kᵀ · scale) v computed one (block_q, block_k) tile of scores at a time (forward only).
+
+    q: (..., Tq, hs), k: (..., Tk, hs), v: (..., Tk, hv) -> (..., Tq, hv), in q's dtype. For each tile of
+    queries the running maximum ``m``, running sum ``l`` and output accumulator ``acc`` (float32) are
+    updated tile of keys by tile of keys (FlashAttention-2, Algorithm 1); the largest score tensor alive is
+    one (..., block_q, block_k) tile. ``is_causal`` masks key j > query i (top-left aligned, as
+    ``F.scaled_dot_product_attention``) and skips key tiles that lie wholly above the diagonal."""
+    _check_qkv(q, k, v)
+    _check_block(block_q, "block_q")
+    _check_block(block_k, "block_k")
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32  # 16-bit inputs: accumulate in float32
+    out = torch.empty(*lead, t_q, v.shape[-1], dtype=q.dtype, device=q.device)
+    for i0 in range(0, t_q, block_q):
+        i1 = min(i0 + block_q, t_q)
+        q_tile = q[..., i0:i1, :].to(work) * scale  # (..., bq, hs)
+        m = torch.full((*lead, i1 - i0), float("-inf"), device=q.device, dtype=work)  # running max per query
+        l = torch.zeros((*lead, i1 - i0), device=q.device, dtype=work)  # running sum of exp(s - m)
+        acc = torch.zeros((*lead, i1 - i0, v.shape[-1]), device=q.device, dtype=work)  # running sum of exp(s - m) v
+        last_key = t_k if not is_causal else min(t_k, i1)  # causal: keys j <= i only; later tiles are all masked
+        for j0 in range(0, last_key, block_k):
+            j1 = min(j0 + block_k, last_key)
+            s = q_tile @ k[..., j0:j1, :].to(work).transpose(-2, -1)  # (..., bq, hs) x (..., hs, bk) -> (..., bq, bk)
+            if is_causal and j1 - 1 > i0:  # this tile crosses the diagonal
+                rows = torch.arange(i0, i1, device=q.device)[:, None]
+                cols = torch.arange(j0, j1, device=q.device)[None, :]
+                s = s.masked_fill(cols > rows, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            base = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+            alpha = torch.exp(m - base)  # how much the old sums shrink against the new maximum
+            p = torch.exp(s - base.unsqueeze(-1))  # (..., bq, bk) unnormalised probabilities of this tile
+            l = l * alpha + p.sum(dim=-1)
+            acc = acc * alpha.unsqueeze(-1) + p @ v[..., j0:j1, :].to(work)  # (..., bq, bk) x (..., bk, hv)
+            m = m_new
+        out[..., i0:i1, :] = (acc / l.clamp_min(torch.finfo(work).tiny).unsqueeze(-1)).to(q.dtype)
+    return out
+
+
+def minimal_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                      scale: float | None = None) -> Tensor:
+    """The explicit computation and nothing more: scores, a precomputed boolean ``mask`` (True = may
+    attend) filled with −inf, softmax, product with v. No input checks and no guard for a query whose every
+    key is masked (it gets NaN): the baseline a fused kernel should be timed against."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q * scale) @ k.transpose(-2, -1)  # (..., Tq, hs) x (..., hs, Tk) -> (..., Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores.softmax(dim=-1) @ v  # (..., Tq, Tk) x (..., Tk, hv) -> (..., Tq, hv)
+
+
+# --------------------------------------------------------------------------- measuring memory on any device
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """Inside ``with PeakTensorBytes() as peak:``, watches every tensor an operation returns and keeps
+    ``peak.peak`` (most bytes alive at once) and ``peak.current`` (bytes still alive), counting each
+    storage once (a view and its base are one allocation). Tensors made before the block are not counted,
+    nor buffers a kernel allocates for itself (a fused kernel's workspace), nor the allocator's cache:
+    what is counted is what the program holds. Works on every device; on a CUDA GPU
+    ``torch.cuda.max_memory_allocated`` also sees the workspaces (:func:`peak_bytes` uses it there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self._bytes: dict[tuple[str, int], int] = {}
+        self._refs: dict[tuple[str, int], int] = {}
+
+    def _release(self, key: tuple[str, int]) -> None:
+        self._refs[key] -= 1
+        if self._refs[key] == 0:
+            self.current -= self._bytes.pop(key)
+            del self._refs[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {(str(t.device), t.untyped_storage().data_ptr())
+                  for t in tree_flatten((args, kwargs))[0] if isinstance(t, Tensor)}
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, Tensor):
+                storage = t.untyped_storage()
+                key = (str(t.device), storage.data_ptr())
+                if key not in self._bytes and key in inputs:
+                    continue  # a view of a tensor made before the block: no new allocation
+                if key not in self._bytes:
+                    self._bytes[key] = storage.nbytes()
+                    self._refs[key] = 0
+                    self.current += storage.nbytes()
+                    self.peak = max(self.peak, self.current)
+                self._refs[key] += 1
+                weakref.finalize(t, self._release, key)
+        return out
+
+
+def peak_bytes(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
+    """Most bytes held at once by tensors created while ``fn()`` runs (its result is dropped at the end).
+
+    On a CUDA GPU: the allocator's peak above what was allocated before (workspaces included); elsewhere
+    (a CPU, or a GPU profile rehearsed on one): :class:`PeakTensorBytes`."""
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        from gpuformer_lib.memory import measure_peak_memory
+
+        return measure_peak_memory(fn, device)
+    with PeakTensorBytes() as tracker:
+        fn()
+    return tracker.peak
+
+
+# --------------------------------------------------------------------------- the course's predictions
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _check_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def attention_flops(batch: int, heads: int, t_query: int, t_key: int, head_size: int, *,
+                    causal: bool = False) -> int:
+    """FLOPs of attention's two matrix products, forward: 2·Tq·Tk·hs for Q Kᵀ and as many for P V, so
+    4·Tq·Tk·hs per head and sequence. ``causal`` counts only the pairs a causal mask allows
+    (Tq·(Tq+1)/2 when Tq = Tk): what a kernel that skips masked tiles needs at least; the explicit
+    computation does all Tq·Tk. The softmax's few FLOPs per score are left out (they run on CUDA cores)."""
+    _check_sizes(batch=batch, heads=heads, t_query=t_query, t_key=t_key, head_size=head_size)
+    pairs = t_query * t_key
+    if causal:
+        pairs = sum(min(i + 1, t_key) for i in range(t_query))
+    return 4 * batch * heads * pairs * head_size
+
+
+def explicit_attention_bytes(batch: int, heads: int, t: int, dtype: torch.dtype, *, backward: bool = False) -> int:
+    """Predicted peak bytes of the (B, H, T, T) matrices that explicit attention holds at once.
+
+    Forward: the softmax reads the scores and writes the probabilities, so two such matrices are alive
+    together: 2·B·H·T²·itemsize. Forward and backward: the probabilities are kept for the backward
+    pass, which then makes the gradient of the probabilities and from both the gradient of the scores:
+    three at once. Leaves out q, k, v, the output and a mask (T·hs or T² bytes, not B·H·T²)."""
+    _check_sizes(batch=batch, heads=heads, t=t)
+    return (3 if backward else 2) * batch * heads * t * t * _itemsize(dtype)
+
+
+def tiled_attention_bytes(batch: int, heads: int, t: int, head_size: int, *, block_q: int = 64,
+                          block_k: int = 64) -> int:
+    """Predicted peak bytes of :func:`tiled_attention` beyond its inputs, float32 accumulators: the output
+    (B·H·T·hs in q's dtype, counted at 4 bytes), and per tile of queries the accumulator, the running max
+    and sum, and a few (block_q, block_k) tiles (scores, probabilities, a mask). Linear in T."""
+    _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size, block_q=block_q, block_k=block_k)
+    bq, bk = min(block_q, t), min(block_k, t)
+    per_tile = bq * head_size * 3 + bq * 4 + bq * bk * 3 + bk * head_size * 2
+    return 4 * batch * heads * (t * head_size + per_tile)
+
+
+def explicit_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_size: int,
+                               dtype: torch.dtype) -> float:
+    """Roofline time of explicit attention's forward on ``gpu``: three kernels, each max(FLOPs / roof,
+    bytes / bandwidth) — Q Kᵀ (tensor cores; writes the B·H·T² scores), the softmax (CUDA cores, ~5 FLOPs a
+    score; reads the scores, writes the probabilities) and P V (tensor cores; reads the probabilities).
+    The T² matrices cross memory four times."""
+    _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size)
+    size = _itemsize(dtype)
+    scores = batch * heads * t * t * size
+    operand = batch * heads * t * head_size * size
+    matmul = 2 * batch * heads * t * t * head_size
+    qk = gpu_view.roofline_seconds(matmul, 2 * operand + scores, gpu, dtype, tensor_cores=True)
+    softmax = gpu_view.roofline_seconds(5 * batch * heads * t * t, 2 * scores, gpu, dtype, tensor_cores=False)
+    pv = gpu_view.roofline_seconds(matmul, scores + 2 * operand, gpu, dtype, tensor_cores=True)
+    return qk + softmax + pv
+
+
+def fused_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_size: int, dtype: torch.dtype, *,
+                            causal: bool = False) -> float:
+    """Roofline time of a fused (FlashAttention-style) forward on ``gpu``: the FLOPs of
+    :func:`attention_flops` at the tensor-core roof, against reading q, k, v and writing the output once;
+    no T² matrix crosses memory. A lower bound: real kernels reach a fraction of the roof (the
+    FlashAttention-2 paper's abstract says FlashAttention reached only 25-40 % of it on an A100)."""
+    _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size)
+    flops = attention_flops(batch, heads, t, t, head_size, causal=causal)
+    nbytes = 4 * batch * heads * t * head_size * _itemsize(dtype)
+    return gpu_view.roofline_seconds(flops, nbytes, gpu, dtype, tensor_cores=True)
