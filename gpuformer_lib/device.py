@@ -22,6 +22,7 @@ import random
 import shutil
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -192,7 +193,10 @@ class HardwareSummary:
                 ("driver", self.driver_version or "unknown"),
             ]
         elif self.device == "cpu":
-            rows.append(("bf16", "native" if self.bf16 else "emulated (slower than fp32)"))
+            # Without AVX512-BF16/AMX PyTorch converts bf16 to float32 inside oneDNN (about float32 speed) or,
+            # where oneDNN does not take the op, runs a slow reference kernel: which one is measured in chapter 1.
+            rows.append(("bf16", "native" if self.bf16
+                         else "no native instructions (converted; speed depends on the kernel)"))
         cuda = self.cuda_version or "none (CPU-only build)"
         rows += [
             ("CPU", f"{self.cpu_model}, {self.cpu_threads} threads (torch uses {self.torch_threads})"),
@@ -321,9 +325,16 @@ def run_header(device: str | torch.device | None = None, preset: SizePreset | No
 def seed_everything(seed: int = 0, deterministic: bool = False) -> int:
     """Seed Python, NumPy (if installed) and PyTorch on every device; return the seed.
 
-    ``deterministic=True`` also asks PyTorch for deterministic kernels (slower; it warns where an
-    operation has none). Same seed, same device, same versions: same numbers. Different devices
-    draw different random streams, so a CPU and a GPU run differ even with one seed.
+    Seeding fixes the random *numbers* (initialisation, dropout, data order); it does not make a GPU
+    run repeat bit for bit. Kernels that add in a varying order (atomics in FlashAttention's backward,
+    ``index_add_``, ``scatter_add_``, some cuBLAS reductions) round differently from run to run.
+    ``deterministic=True`` asks PyTorch for deterministic kernels (slower) with ``warn_only=True``: an
+    operation that has none *warns* and still runs non-deterministically. It also sets
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` if unset, which cuBLAS reads only when it initialises: if CUDA is
+    already initialised in this process and the variable was not set before, it warns that cuBLAS may
+    stay non-deterministic (set the variable before the process starts). Same seed, same device, same
+    versions, deterministic kernels: same numbers. Different devices draw different random streams, so
+    a CPU and a GPU run differ even with one seed.
     """
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, not {seed!r}")
@@ -336,6 +347,11 @@ def seed_everything(seed: int = 0, deterministic: bool = False) -> int:
         pass
     torch.manual_seed(seed)  # seeds the CPU and every CUDA device
     if deterministic:
+        if "CUBLAS_WORKSPACE_CONFIG" not in os.environ and torch.cuda.is_initialized():
+            warnings.warn("seed_everything(deterministic=True): CUDA is already initialised, so setting "
+                          "CUBLAS_WORKSPACE_CONFIG now may not reach cuBLAS; matrix products can stay "
+                          "non-deterministic. Set CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python.",
+                          RuntimeWarning, stacklevel=2)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.backends.cudnn.benchmark = False

@@ -233,3 +233,38 @@ def check_speedup(fn: Callable[[float, float], float]) -> CheckResult:
             return _report(False, "That is the fraction of time saved, not the speedup (time before / time after).")
         return _report(False, f"For {before} s before and {after} s after you returned {got!r}, expected {want:.4g}.")
     return _report(True, "10 h before and 2.7 h after is a 3.7x speedup; on 4 GPUs that is 93% efficiency.")
+
+
+# --------------------------------------------------------------------------- predict, then measure (chapter 0)
+
+
+def check_training_state_prediction(predicted_bytes, measured_bytes: int) -> CheckResult:
+    """Grade a prediction of the bytes that float32 weights, gradients and AdamW's state take for a model,
+    against what ``memory.model_state_bytes`` counts after one optimizer step. Passes within 10 %: the
+    count is exact arithmetic, so a miss is a wrong number of bytes per parameter, not noise."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted_bytes, measured_bytes, quantity="weights + gradients + AdamW state", unit="bytes",
+        within=1.1,
+        too_high="Count each parameter's bytes once: 4 (weight) + 4 (gradient) + 4 + 4 (exp_avg, exp_avg_sq) "
+                 "= 16 in float32. Activations are not part of this count, and a bias is a parameter like any other.",
+        too_low="A ratio near 0.25 means weights only, 0.5 weights and gradients, 0.75 one AdamW moment: AdamW "
+                "keeps two float32 tensors per parameter (exp_avg and exp_avg_sq), created at the first step. "
+                "Did you count every parameter, the biases too (sum(p.numel() for p in model.parameters()))?",
+        why_close="The optimizer's state appears only after the first step(): before it, AdamW holds nothing.")
+
+
+def check_host_sync_prediction(predicted_seconds, measured_seconds: float, *, per_read: float) -> CheckResult:
+    """Grade a prediction of the time of N ``.item()`` reads from the measured cost of one read
+    (``per_read`` seconds). Passes within a factor 2: timing noise on a shared machine is tens of percent."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted_seconds, measured_seconds, quantity="time of the loop of reads", unit="s", within=2.0,
+        too_high=f"Each read costs about {per_read * 1e6:.1f} us here: multiply by the number of reads "
+                 "(check your units: microseconds are 1e-6 s, milliseconds 1e-3 s).",
+        too_low=f"Each read costs about {per_read * 1e6:.1f} us here, and every one of them waits: the "
+                "reads do not overlap, so N reads take N times as long (check your units: 1 us = 1e-6 s).",
+        why_close="Reads are sequential waits, so their cost adds up linearly; on a GPU each also drains the "
+                  "queue of work launched before it.")
