@@ -46,6 +46,41 @@ KERNELS = (
 
 ATTENTION = (
     # fused attention, FlashAttention, the memory of explicit attention
+    F(key="flashattention-memory-saving-2k", value=10, unit="x",
+      quantity="memory saving of FlashAttention against PyTorch standard attention at sequence length 2K",
+      hardware="NVIDIA A100 (the README's A100 section)", software="not stated",
+      url="https://github.com/Dao-AILab/flash-attention", title="FlashAttention (Dao-AILab/flash-attention README)",
+      where="README, Performance > A100 > Memory",
+      quote="We see 10X memory savings at sequence length 2K, and 20X at 4K.", chapters=(3,),
+      note="Forward + backward; the saving grows with T because standard attention's memory is quadratic "
+           "and FlashAttention's linear in the sequence length."),
+    F(key="flashattention-memory-saving-4k", value=20, unit="x",
+      quantity="memory saving of FlashAttention against PyTorch standard attention at sequence length 4K",
+      hardware="NVIDIA A100 (the README's A100 section)", software="not stated",
+      url="https://github.com/Dao-AILab/flash-attention", title="FlashAttention (Dao-AILab/flash-attention README)",
+      where="README, Performance > A100 > Memory",
+      quote="We see 10X memory savings at sequence length 2K, and 20X at 4K.", chapters=(3,),
+      note="Twice the saving at twice the length: the ratio of a T^2 term to a T term."),
+    F(key="flashattention-1-fraction-of-peak", value=40, unit="%",
+      quantity="FlashAttention (v1): fraction of the theoretical maximum FLOPs/s reached (upper end of 25-40 %)",
+      hardware="not named in the sentence (the paper benchmarks A100 GPUs)", software="not stated",
+      url="https://arxiv.org/abs/2307.08691",
+      title="Dao (2023), FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+      where="abstract",
+      quote="FlashAttention is still not nearly as fast as optimized matrix-multiply (GEMM) operations, reaching "
+            "only 25-40% of the theoretical maximum FLOPs/s.", chapters=(3,),
+      note="Why a fused kernel's time sits above the course's tensor-core roofline prediction."),
+    F(key="turing-flash-forward-vs-sdpa-t4", value=2, unit="x",
+      quantity="a FlashAttention forward written for Turing against F.scaled_dot_product_attention (which runs "
+               "the memory-efficient kernel there)",
+      hardware="NVIDIA T4", software="not stated",
+      url="https://github.com/Dao-AILab/flash-attention/issues/1533",
+      title="FlashAttention forward support for Turing (Dao-AILab/flash-attention issue #1533)",
+      where="issue description (batch 4, 32 heads, head_dim 128, no masking)",
+      quote="our implementation is currently around 2x faster than Pytorch's F.scaled_dot_product_attention, "
+            "which calls Memory-Efficient Attention in the backend. This was tested for T4.", chapters=(3,),
+      note="Also the source for which backend PyTorch uses on a T4 (sm_75): the memory-efficient kernel, "
+           "not FlashAttention, whose CUDA kernels need sm_80 or newer."),
 )
 
 HEADS = (
