@@ -91,8 +91,42 @@ MODEL = (
     # layers and model step times, positional encodings, tensor-core-friendly shapes
 )
 
+_ZERO_PAPER = dict(
+    hardware="any GPU (a count of bytes, not a measurement)", software="not stated",
+    url="https://arxiv.org/abs/1910.02054",
+    title="Rajbhandari, Rasley, Ruwase and He (2020), ZeRO: Memory Optimizations Toward Training Trillion "
+          "Parameter Models (SC20; arXiv:1910.02054)",
+    where="section 3.1, Model States: Optimizer States, Gradients and Parameters", chapters=(6,))
+
 OPTIMIZERS = (
     # optimizer memory and step time, losses, clipping
+    F(key="zero-mixed-precision-adam-bytes-per-param", value=16, unit="bytes per parameter",
+      quantity="model states of mixed-precision Adam (fp16 weights and gradients, fp32 master copy and moments)",
+      quote="Mixed-precision Adam has K = 12. In total, this results in 2\u03a8 + 2\u03a8 + K\u03a8 = 16\u03a8 "
+            "bytes of memory requirement.",
+      note="Read in a verbatim reproduction of the paper's section 3.1 (the arXiv PDF itself was not in the "
+           "sources available). Float32 AdamW also comes to 16 B per parameter: 4 weights + 4 gradients + 8 "
+           "moments; mixed precision does not shrink the model states, it speeds up the arithmetic.",
+      **_ZERO_PAPER),
+    F(key="zero-gpt2-1.5b-adam-model-states", value=24, unit="GB",
+      quantity="model states of mixed-precision Adam for GPT-2 with 1.5 billion parameters",
+      quote="For a model such as GPT-2 with 1.5 Billion parameters, this leads to a memory requirement of at "
+            "least 24 GB, which is significantly higher than the meager 3 GB of memory required to hold the "
+            "f p16 parameters alone.",
+      note="16 B x 1.5e9 parameters, before any activation: more than a 16 GB T4 holds, from the optimizer's "
+           "bookkeeping alone.", **_ZERO_PAPER),
+    F(key="liger-fused-linear-cross-entropy-memory", value=4, unit="x (at least) peak-memory reduction",
+      quantity="peak memory of fused linear + cross-entropy (chunked) against the Hugging Face layers, 128k vocabulary",
+      hardware="NVIDIA A100 80G (one GPU)", software="Liger Kernel (Triton); torch >= 2.1.2, triton >= 2.3.0",
+      url="https://github.com/linkedin/Liger-Kernel",
+      title="Liger Kernel: Efficient Triton Kernels for LLM Training (README)",
+      where="README, Kernels section, FusedLinearCrossEntropy; conditions in the note below the list",
+      quote="It achieves >4X memory reduction for 128k vocab size.",
+      note="The README's note: 'All models use 4K hidden size and 4K sequence length and are evaluated based on "
+           "memory usage and wall time for the forward+backward pass on a single NVIDIA A100 80G GPU'. The "
+           "saving comes from never holding the whole (B*T, V) logits and their gradient: chunks of rows are "
+           "projected, their loss and gradient computed, and the chunk freed.",
+      chapters=(6,)),
 )
 
 FIGURES: tuple[F, ...] = SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
