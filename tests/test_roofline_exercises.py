@@ -1,0 +1,129 @@
+"""The roofline module (ceilings, three limits, a Transformer layer's counts) and chapter 1's roofline exercises."""
+
+import pytest
+import torch
+
+from gpuformer_lib import bench, gpu_view, roofline
+from gpuformer_lib.exercises.roofline import (TWO_ROOF_OPERATIONS, check_bound_two_roofs, check_gelu_time_prediction,
+                                              check_matmul_time_prediction)
+
+# --------------------------------------------------------------------------- the library
+
+
+def test_copy_curve_spread_and_ceilings():
+    curve = roofline.copy_bandwidth_curve([2**12, 2**16], "cpu", repeats=4, max_seconds=0.2)
+    assert [p.nbytes for p in curve] == [2**12, 2**16]
+    for p in curve:
+        assert p.worst <= p.bandwidth <= p.best
+    assert roofline.memory_ceiling(curve) == max(p.best for p in curve)
+    assert roofline.main_memory_bandwidth(curve) == curve[-1].bandwidth
+    assert roofline.main_memory_bandwidth(curve) <= roofline.memory_ceiling(curve)
+
+
+def test_copy_point_counts_read_plus_write():
+    p = roofline.CopyPoint(1000, bench.Timing(times=(1e-6, 2e-6, 4e-6), warmup=0, number=1))
+    assert p.bandwidth == pytest.approx(2000 / 2e-6) and p.best == pytest.approx(2000 / 1e-6)
+    assert p.worst == pytest.approx(2000 / 4e-6)
+
+
+def test_launch_overhead_is_small_and_positive():
+    t = roofline.launch_overhead("cpu", calls=20)
+    assert 0 < t < 1e-2
+
+
+def test_predicted_seconds_takes_the_largest_of_three_limits():
+    assert roofline.predicted_seconds(1e12, 1e9, 1e12, 1e12) == pytest.approx(1.0)  # compute
+    assert roofline.predicted_seconds(1e9, 1e12, 1e12, 1e11) == pytest.approx(10.0)  # memory
+    assert roofline.predicted_seconds(10, 10, 1e12, 1e12, 5e-6) == pytest.approx(5e-6)  # launch
+    assert roofline.limiting_factor(1e12, 1e9, 1e12, 1e12) == "compute"
+    assert roofline.limiting_factor(1e9, 1e12, 1e12, 1e11) == "memory"
+    assert roofline.limiting_factor(10, 10, 1e12, 1e12, 5e-6) == "launch"
+    # the model agrees with gpu_view's roofline when launch overhead is zero
+    t = roofline.predicted_seconds(2e12, 3e9, gpu_view.compute_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True),
+                                   gpu_view.bandwidth("H100 SXM"))
+    assert t == pytest.approx(gpu_view.roofline_seconds(2e12, 3e9, "H100 SXM", torch.bfloat16, tensor_cores=True))
+    with pytest.raises(ValueError):
+        roofline.predicted_seconds(-1, 1, 1, 1)
+    with pytest.raises(ValueError):
+        roofline.predicted_seconds(1, 1, 0, 1)
+
+
+def test_ceilings_two_compute_roofs_and_fraction_check():
+    c = roofline.Ceilings(matrix_flops=1e15, vector_flops=6.7e13, memory_bandwidth=3.35e12,
+                          main_memory_bandwidth=3e12, launch_seconds=5e-6)
+    assert c.ridge(matrix=True) == pytest.approx(1e15 / 3.35e12)
+    assert c.ridge(matrix=False) == pytest.approx(20, rel=0.01)
+    assert c.attainable(1000.0, matrix=False) == pytest.approx(6.7e13)
+    assert c.attainable(1000.0, matrix=True) == pytest.approx(1e15)
+    assert roofline.fraction_of_roof("add", 0.5 * c.attainable(0.1, matrix=False), 0.1, c, matrix=False) == \
+        pytest.approx(0.5)
+    with pytest.raises(bench.ImpossibleValueError, match="softmax"):
+        roofline.fraction_of_roof("softmax", 2 * c.attainable(1.25, matrix=False), 1.25, c, matrix=False)
+    with pytest.raises(ValueError, match="main memory"):
+        roofline.Ceilings(1e12, 1e12, 1e9, 2e9)
+    with pytest.raises(ValueError):
+        roofline.Ceilings(1e12, 0.0, 1e9, 1e9)
+
+
+def test_transformer_layer_operations_match_explicit_counts():
+    ops = {o.name: o for o in roofline.transformer_layer_operations(8192, 512, 8, 256, 4)}
+    assert ops["MLP matmul"].flops == bench.matmul_flops(8192, 4 * 512, 512)
+    assert ops["attention QK^T"].flops == 2 * (8192 // 256 * 8) * 256 * 256 * 64  # (B*H) x T x T x hs
+    assert ops["residual add"].intensity == pytest.approx(1 / 12)
+    assert ops["softmax"].intensity == pytest.approx(5 / 8)
+    assert [o.matrix for o in ops.values()] == [True, True, False, False, False, False]
+    # the matmul's intensity is the textbook FLOPs / (bytes of A + B + C)
+    m, n, k = 8192, 2048, 512
+    assert ops["MLP matmul"].intensity == pytest.approx(2 * m * n * k / ((m * k + k * n + m * n) * 4))
+    with pytest.raises(ValueError):
+        roofline.transformer_layer_operations(100, 512, 8, 256, 4)
+
+
+# --------------------------------------------------------------------------- the exercises
+
+
+def _right():
+    answers = {}
+    for op, (intensity, tensor_cores) in TWO_ROOF_OPERATIONS.items():
+        ridge = (989.4e12 if tensor_cores else 67e12) / 3.35e12
+        answers[op] = "compute" if intensity > ridge else "memory"
+    return answers
+
+
+def test_two_roofs_right_answer_passes_and_discriminates():
+    answers = _right()
+    assert check_bound_two_roofs(answers)
+    # the set contains operations that the two ridges classify differently, both ways
+    fp32 = "matmul (256, 4096) @ (4096, 4096), float32 with TF32 off (CUDA cores)"
+    bf16 = "matmul (256, 4096) @ (4096, 4096), bf16 on tensor cores"
+    assert answers[fp32] == "compute" and answers[bf16] == "memory"
+
+
+def test_two_roofs_one_ridge_answers_get_the_specific_hint():
+    tensor_ridge, cuda_ridge = 989.4e12 / 3.35e12, 67e12 / 3.35e12
+    one = {op: "compute" if i > tensor_ridge else "memory" for op, (i, _) in TWO_ROOF_OPERATIONS.items()}
+    result = check_bound_two_roofs(one)
+    assert not result and "CUDA cores" in result.message and "20" in result.message
+    low = {op: "compute" if i > cuda_ridge else "memory" for op, (i, _) in TWO_ROOF_OPERATIONS.items()}
+    result = check_bound_two_roofs(low)
+    assert not result and "tensor cores" in result.message
+
+
+@pytest.mark.parametrize("answers", [None, [], {"x": "memory"}, {op: "?" for op in TWO_ROOF_OPERATIONS}])
+def test_two_roofs_non_answers_are_hints(answers):
+    result = check_bound_two_roofs(answers)
+    assert not result and "Not yet" in result.message
+
+
+def test_time_predictions_grade_within_a_factor_and_explain_the_gap():
+    assert check_gelu_time_prediction(0.01, 0.02)
+    result = check_gelu_time_prediction(0.002, 0.02)
+    assert not result and "erf" in result.message and "Too low" in result.message
+    result = check_gelu_time_prediction(0.2, 0.02)
+    assert not result and "8 per element" in result.message
+    assert check_matmul_time_prediction(0.03, 0.05)
+    result = check_matmul_time_prediction(0.005, 0.05)
+    assert not result and "2 n^3" in result.message
+    assert not check_matmul_time_prediction("0.05", 0.05)
+    with pytest.raises(ValueError):
+        check_matmul_time_prediction(0.05, 0.0)
