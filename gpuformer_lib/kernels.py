@@ -8,7 +8,8 @@ run compiled, interpreted, or not at all, and why.
 How they run: on a machine with a CUDA GPU, Triton compiles them. Without one, this module sets
 ``TRITON_INTERPRET=1`` *before* its kernels are defined (Triton reads it when ``@triton.jit``
 runs), so they run in Triton's interpreter on CPU tensors: the same code, checked for correctness,
-about a thousand times slower. Importing this module therefore also makes kernels you define
+but thousands of times slower than PyTorch's own operators (chapter 2 measures the factor on the machine
+that runs it; it depends on the size and the kernel). Importing this module therefore also makes kernels you define
 afterwards interpreted on such a machine. Where Triton is not installed (macOS, Windows) the
 kernels are unavailable and calling one raises :class:`KernelUnavailableError` with the reason.
 
@@ -37,7 +38,7 @@ def _choose_triton_mode() -> tuple[str, str]:
         return "compiled", f"Triton compiles kernels for {torch.cuda.get_device_name()}"
     os.environ["TRITON_INTERPRET"] = "1"
     return "interpreted", ("no CUDA GPU: Triton kernels run in its interpreter on CPU tensors "
-                           "(for correctness, not speed: about 1000x slower than PyTorch)")
+                           "(for correctness, not speed: far slower than PyTorch's own operators)")
 
 
 _TRITON_MODE, _TRITON_REASON = _choose_triton_mode()

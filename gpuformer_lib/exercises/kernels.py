@@ -121,15 +121,17 @@ KERNEL_COSTS = {
 
 
 @_safe_check
-def check_kernel_roofline(answers: dict[str, tuple[float, str]], peak_flops: float = 989.4e12,
+def check_kernel_roofline(answers: dict[str, tuple[float, str]], peak_flops: float | None = None,
                           bandwidth: float = 3.35e12) -> CheckResult:
     """``answers`` maps each kernel in :data:`KERNEL_COSTS` to (FLOP per byte, "memory" or "compute")
-    on a GPU with these ceilings (default: an H100 SXM, dense bf16/fp16 and HBM3)."""
+    on an H100 SXM (HBM3, 3.35 TB/s). Each kernel is judged against the roof it runs under: the float16
+    matrix product against the tensor cores (989 TFLOP/s), the float32 element-wise and row-wise kernels
+    against the CUDA cores' float32 rate (67 TFLOP/s). ``peak_flops``, if given, is one roof for all."""
     if not isinstance(answers, dict):
         return _report(False, "Pass a dict that maps each name in KERNEL_COSTS to a pair (FLOP per byte, 'memory' or "
                               f"'compute'), not {_describe(answers)}.")
-    ridge = peak_flops / bandwidth
     for name, (flops, nbytes) in KERNEL_COSTS.items():
+        ridge = (peak_flops if peak_flops is not None else _roof("H100 SXM", name)) / bandwidth
         if name not in answers:
             return _report(False, f"Answer every kernel; missing {name!r}.")
         try:
@@ -146,5 +148,150 @@ def check_kernel_roofline(answers: dict[str, tuple[float, str]], peak_flops: flo
         if str(bound).strip().lower() != want_bound:
             return _report(False, f"{name}: {want:.3g} FLOP/byte against a ridge of {ridge:.0f} FLOP/byte is "
                                   f"{want_bound}-bound.")
-    return _report(True, f"Only the matrix product clears the ridge ({ridge:.0f} FLOP/byte); element-wise and "
-                         "row-wise kernels are judged by GB/s, not FLOP/s.")
+    return _report(True, f"Only the matrix product clears its ridge (tensor cores: {ridge:.0f} FLOP/byte); the "
+                         "element-wise and row-wise kernels stay below even the CUDA cores' ridge (about 20) and are "
+                         "judged by GB/s, not FLOP/s.")
+
+
+def _roof(gpu: str, name: str) -> float:
+    """The compute roof of kernel ``name`` on ``gpu``: tensor cores for a matrix product, CUDA-core float32
+    for element-wise and row-wise kernels (which compute in float32 whatever they store)."""
+    from gpuformer_lib.gpu_view import compute_ceiling
+
+    matmul = "matmul" in name
+    return compute_ceiling(gpu, torch.float16 if matmul and "float16" in name else torch.float32, tensor_cores=matmul)
+
+
+# --------------------------------------------------------------------------- two roofs, two GPUs
+
+from gpuformer_lib.exercises._answers import _number  # noqa: E402  (appended section)
+
+# (FLOPs per output element, bytes moved per output element): a float16 product (M, K) x (K, N) with
+# perfect tiling reads A and B and writes C once, (MK + KN + MN) x 2 bytes, spread over MN outputs
+KERNEL_ROOF_COSTS = {
+    "vector add, float32": (1, 12),
+    "fused softmax, float32": (5, 8),
+    "degree-128 polynomial (Horner), float32": (256, 8),  # 128 multiply-adds per element; read 4 B, write 4 B
+    "tiled matmul 768 x 768 x 768, float16": (2 * 768, 3 * 768**2 * 2 / 768**2),
+    "tiled matmul 4096 x 4096 x 4096, float16": (2 * 4096, 3 * 4096**2 * 2 / 4096**2),
+}
+ROOF_GPUS = ("T4", "H100 SXM")
+
+
+@_safe_check
+def check_kernel_roofs(answers: dict[str, tuple[float, str, str]]) -> CheckResult:
+    """``answers`` maps each kernel in :data:`KERNEL_ROOF_COSTS` to (FLOP per byte, bound on a T4, bound on
+    an H100 SXM), each bound ``"memory"`` or ``"compute"``. A kernel is judged against the roof it runs
+    under: matrix products on tensor cores, element-wise and row-wise float32 kernels on CUDA cores."""
+    from gpuformer_lib.gpu_view import bandwidth, compute_ceiling
+
+    if not isinstance(answers, dict):
+        return _report(False, "Pass a dict that maps each name in KERNEL_ROOF_COSTS to (FLOP per byte, bound on "
+                              f"a T4, bound on an H100 SXM), not {_describe(answers)}.")
+    for name, (flops, nbytes) in KERNEL_ROOF_COSTS.items():
+        if name not in answers:
+            return _report(False, f"Answer every kernel; missing {name!r}.")
+        try:
+            intensity, *bounds = answers[name]
+        except (TypeError, ValueError):
+            return _report(False, f"Answer {name!r} with a triple: (FLOP per byte, bound on T4, bound on H100 SXM).")
+        if len(bounds) != 2:
+            return _report(False, f"Answer {name!r} with a triple: (FLOP per byte, bound on T4, bound on H100 SXM).")
+        want = flops / nbytes
+        value, hint = _number(intensity)
+        if hint:
+            return _report(False, f"{name}: the intensity is a number (FLOP per byte), not {_describe(intensity)}.")
+        if not _close(value, want, rel=0.02):
+            if _close(value, nbytes / flops, rel=0.02):
+                return _report(False, f"{name}: upside down; intensity is FLOPs divided by bytes.")
+            return _report(False, f"{name}: intensity {intensity!r} is off; count {flops:g} FLOPs and {nbytes:g} "
+                                  "bytes moved per output element.")
+        matmul = "matmul" in name
+        dtype = torch.float16 if matmul else torch.float32
+        for gpu, bound in zip(ROOF_GPUS, bounds):
+            ridge = compute_ceiling(gpu, dtype, tensor_cores=matmul) / bandwidth(gpu)
+            other = compute_ceiling(gpu, torch.float16, tensor_cores=not matmul) / bandwidth(gpu)  # the wrong roof
+            right = "compute" if want > ridge else "memory"
+            if str(bound).strip().lower() == right:
+                continue
+            why = (f"{name} on the {gpu}: {want:.3g} FLOP/byte against the "
+                   f"{'tensor-core' if matmul else 'CUDA-core float32'} ridge of {ridge:.0f} FLOP/byte is {right}-bound.")
+            if ("compute" if want > other else "memory") == str(bound).strip().lower():
+                why += (" You judged it against the other roof (" + f"{other:.0f} FLOP/byte): "
+                        + ("a matrix product in float16 runs on the tensor cores." if matmul else
+                           "an element-wise float32 kernel never runs on tensor cores; its roof is the CUDA "
+                           "cores' float32 rate."))
+            return _report(False, why)
+    return _report(True, "Two roofs, two GPUs: the polynomial is compute-bound on the CUDA cores though it would "
+                         "be 'memory-bound' against the tensor-core peak, and the 768-cube product clears the T4's "
+                         "lower tensor-core ridge but not the H100's. Each kernel has the roof of the units it runs on.")
+
+
+# --------------------------------------------------------------------------- predict, then measure
+
+
+def check_strided_copy_prediction(predicted, measured: float, stride: int) -> CheckResult:
+    """Grade a predicted time ratio (strided copy of n float32 elements, every ``stride``-th read) / (a
+    contiguous copy of n elements) against the ratio this device measured."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted, measured, quantity=f"the stride-{stride} copy's time over a contiguous copy's", unit="x",
+        within=2.0,
+        too_high=("Memory moves whole sectors (32 B on a GPU) or cache lines (64 B on a CPU), so a stride "
+                  "larger than that costs one sector per element, no more: the read traffic grows with the "
+                  "stride only up to the sector size. And the write is contiguous in both copies."),
+        too_low=("Count the bytes fetched, not the bytes used: with stride s (4-byte floats) every element pulls "
+                 "in a 32-byte sector (GPU) or a 64-byte line (CPU) of which it uses 4 bytes, until s reaches "
+                 "8 (GPU) or 16 (CPU). A copy that reads s x more and writes the same takes about (s + 1) / 2 "
+                 "times as long. A CPU also runs a contiguous copy with wide vector loads and prefetching, "
+                 "which a gather defeats."),
+        why_close=("What is left: a contiguous copy uses the widest vector loads and the hardware prefetcher; a "
+                   "strided one loads one element at a time, so it is a little slower than the byte count says "
+                   "(and, on a shared machine, timing noise)."))
+
+
+def check_occupancy_prediction(answers, threads_per_block: int, regs_per_thread: int, smem_per_block: int,
+                               blocks: int) -> CheckResult:
+    """``answers`` maps ``'T4'`` and ``'H100 SXM'`` to (occupancy as a fraction, number of waves) of a
+    launch of ``blocks`` blocks of ``threads_per_block`` threads, each thread using ``regs_per_thread``
+    registers and each block ``smem_per_block`` bytes of shared memory; checked with
+    :mod:`gpuformer_lib.occupancy`."""
+    from gpuformer_lib import occupancy as occ
+
+    @_safe_check
+    def check(answers) -> CheckResult:
+        """Answer ``{'T4': (occupancy, waves), 'H100 SXM': (occupancy, waves)}``."""
+        if not isinstance(answers, dict) or set(answers) != set(occ.GPUS):
+            return _report(False, f"Answer a dict with the keys {sorted(occ.GPUS)}, each (occupancy, waves); got "
+                                  f"{_describe(answers)}.")
+        for gpu in sorted(occ.GPUS, reverse=True):
+            o = occ.occupancy(gpu, threads_per_block, regs_per_thread, smem_per_block)
+            w = occ.waves(gpu, blocks, o)
+            try:
+                fraction, n_waves = answers[gpu]
+            except (TypeError, ValueError):
+                return _report(False, f"{gpu}: answer a pair (occupancy, waves).")
+            value, hint = _number(fraction)
+            if hint or not _close(value, o.occupancy, rel=0.01):
+                if not hint and _close(value, o.warps_per_sm, rel=0.01):
+                    return _report(False, f"{gpu}: that is the number of resident warps; occupancy is that over "
+                                          f"the SM's maximum of {o.max_warps} warps.")
+                lim = occ.limits(gpu)
+                return _report(False, f"{gpu}: occupancy is off. Find the blocks per SM each resource allows: "
+                                      f"{lim.max_blocks} block slots; {lim.max_warps} warps / warps per block; "
+                                      f"{lim.registers:,} registers / (warps per block x registers per thread x 32); "
+                                      f"{lim.smem_per_sm // 1024} KB of shared memory / (the block's bytes"
+                                      + (f" + {lim.smem_reserved_per_block} reserved)" if lim.smem_reserved_per_block
+                                         else ")") + "; the smallest wins.")
+            value, hint = _number(n_waves)
+            if hint or value != w.waves:
+                return _report(False, f"{gpu}: the waves are off. {o.blocks_per_sm} blocks per SM x "
+                                      f"{occ.sm_count(gpu)} SMs run at once; {blocks} blocks need the ceiling of "
+                                      "blocks / that.")
+        t4, h100 = (occ.occupancy(g, threads_per_block, regs_per_thread, smem_per_block) for g in ("T4", "H100 SXM"))
+        return _report(True, f"T4: {t4.blocks_per_sm} blocks per SM, limited by {t4.limiter}; H100: "
+                             f"{h100.blocks_per_sm}, limited by {h100.limiter}. The last wave's empty slots are the "
+                             "tail effect: pick a grid that is a whole number of waves, or many waves.")
+
+    return check(answers)
