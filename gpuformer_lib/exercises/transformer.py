@@ -256,3 +256,91 @@ def check_residual_block(fn: Callable[[Tensor, nn.Module, nn.Module, bool], Tens
                                   f"{'x + sublayer(norm(x))' if norm_first else 'norm(x + sublayer(x))'}.")
     return _report(True, "Pre-LN: x + f(LN(x)) keeps an un-normalised path from input to output; "
                          "post-LN: LN(x + f(x)).")
+
+
+# --------------------------------------------------------------------------- cost and initialisation (predict, measure, diagnose)
+
+
+def check_training_flops_prediction(predicted, measured: float) -> CheckResult:
+    """Grade a predicted number of training FLOPs per token (forward + backward) against the count
+    ``measured`` by ``torch.utils.flop_counter.FlopCounterMode`` for the same model and sequence length.
+    Within 10 %: the rule "6 N per token" alone misses by more than that at T = 1024 (attention's scores
+    and weighted sum are not parameters), and a forward-only count misses by 3x."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    value, hint = _number(predicted)
+    ratio = value / measured if hint is None and measured > 0 and isinstance(value, (int, float)) else None
+    if ratio is not None and 0.28 <= ratio <= 0.4:
+        too_low = ("About a third: that is the forward pass only. Training adds the backward pass, which "
+                   "computes gradients for the inputs and for the weights, two products per forward product: 3x.")
+    elif ratio is not None and 0.82 <= ratio < 1 / 1.1:
+        too_low = ("Close to 6 N? That counts every parameter's multiply-add forward and backward, but the "
+                   "attention scores Q K^T and the weighted sum A V have no parameters: they add 4 T C per layer "
+                   "and token forward, 12 T C with the backward, a sizeable share at T = 1024.")
+    else:
+        too_low = ("Count per token and layer: projections 8 C^2, feed-forward 4 C d_ff, attention 4 T C (all "
+                   "forward, 2 FLOPs per multiply-add), plus the output layer 2 C V; then x3 for training.")
+    too_high = ("Too high: the embedding lookup is a gather, not a matrix product (no FLOPs); a tied output "
+                "layer counts once as a product even though its weights are shared; count per token, not "
+                "per sequence (divide the step's count by B T).")
+    return grade_prediction(predicted, measured, quantity="training FLOPs per token", unit="FLOP", within=1.1,
+                            too_high=too_high, too_low=too_low,
+                            why_close=("What is left: LayerNorm, softmax and GELU FLOPs, which FlopCounterMode "
+                                       "does not count either (it counts matrix products)."))
+
+
+def initial_loss_with_head(head: Callable[[Tensor, Tensor], Tensor], vocab_size: int = 16, d_model: int = 64,
+                           seed: int = 0) -> float:
+    """The loss at initialisation of a 2-layer ``DecoderLM`` with tied embeddings whose output layer is
+    ``head(h, embedding_weight)`` -> logits, on a ``data.repeating_patterns`` batch (no training)."""
+    from gpuformer_lib import data
+    from gpuformer_lib.model import DecoderLM, TransformerConfig
+
+    torch.manual_seed(seed)
+    config = TransformerConfig(vocab_size=vocab_size, d_model=d_model, n_heads=4, n_decoder_layers=2,
+                               d_ff=4 * d_model, dropout=0.0, max_len=32, tie_embeddings=True)
+    model = DecoderLM(config).eval()
+    x, y = data.repeating_patterns(0, vocab_size)
+    with torch.no_grad():
+        h = model.blocks(model.pos(model.embed(x)))  # (B, T, C), after the final LayerNorm
+        logits = head(h, model.embed.weight)
+    if not isinstance(logits, Tensor) or logits.shape != (*x.shape, vocab_size):
+        raise ValueError(f"the head must return logits of shape {(*x.shape, vocab_size)}, got "
+                         f"{getattr(logits, 'shape', type(logits).__name__)}")
+    return F.cross_entropy(logits.reshape(-1, vocab_size).float(), y.reshape(-1)).item()
+
+
+@_safe_check
+def check_tied_head(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
+    """``fn(h, embedding_weight)`` returns the logits of an output layer tied to a sqrt(C)-scaled embedding:
+    h (B, T, C), embedding_weight (V, C) -> (B, T, V), starting an untrained model at a loss of about ln V."""
+    torch.manual_seed(0)
+    V, C = 16, 64
+    h, w = torch.randn(2, 5, C), torch.randn(V, C) * C ** -0.5
+    got, err = _try(fn, h, w)
+    got, err2 = (None, err) if err else _as_tensor(got, "logits (B, T, V)")
+    if err or err2:
+        return _report(False, err or err2)
+    if got.shape != (2, 5, V):
+        return _report(False, f"Logits must have shape (B, T, V) = (2, 5, {V}), got {tuple(got.shape)}: "
+                              "multiply h (B, T, C) by the transposed weight, h @ weight.T.")
+    plain = h @ w.T  # (B, T, C) x (C, V) -> (B, T, V)
+    if _same(got, plain * C ** -0.5):
+        loss = initial_loss_with_head(fn)
+        if abs(loss - math.log(V)) > 0.35:
+            return _report(False, f"The formula matches on a test input, but the model's first loss is {loss:.2f}, "
+                                  f"not near ln {V} = {math.log(V):.2f}.")
+        return _report(True, f"h @ W.T / sqrt(C): the untrained model's loss is {loss:.2f} against ln {V} = "
+                             f"{math.log(V):.2f}. The sqrt(C) that made embeddings unit-size is taken back out.")
+    if _same(got, plain):
+        loss = initial_loss_with_head(fn)
+        return _report(False, f"That is the bug: unscaled, the model's first loss is {loss:.2f} against ln {V} = "
+                              f"{math.log(V):.2f}. The input token's vector e entered the stream as sqrt(C) e and "
+                              "is scored against itself: logit ~ sqrt(C) |e|^2 = sqrt(C). Scale h by C^-1/2.")
+    if _same(got, plain * C ** 0.5):
+        return _report(False, "Scaled the wrong way: multiplying by sqrt(C) makes the input token's logit even "
+                              "larger (~C). Divide by sqrt(C).")
+    if _same(got, plain / C):
+        return _report(False, "Dividing by C also starts near ln V, but shrinks every logit and the gradient into "
+                              "the shared weights by a further sqrt(C); T5's choice, and the library's, is C^-1/2.")
+    return _report(False, "Expected h @ weight.T scaled by C ** -0.5 (C = h.shape[-1]).")

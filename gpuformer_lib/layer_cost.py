@@ -1,0 +1,108 @@
+"""The cost of a Transformer step: matrix-product FLOPs at the tensor-core roof plus element-wise bytes at
+the bandwidth roof, and the measurements a page sets beside that prediction.
+
+A layer's work falls into two kinds (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1
+count the first; Korthikanti et al. 2022 and the Ultra-Scale Playbook discuss the second):
+
+- **matrix products** (the Q, K, V and output projections, the feed-forward block, the scores and the
+  weighted sum): per token and layer, forward, 8 C^2 + 4 C d_ff + 4 T C FLOPs, i.e. 24 C^2 + 4 T C when
+  d_ff = 4 C (``model.transformer_flops``); training is 3x the forward, about 6 N per token for a model
+  of N parameters plus the attention term. They are compute-bound: their time is FLOPs / tensor-core roof.
+- **element-wise and row-wise kernels** (LayerNorm, the residual adds, the activation, softmax inside
+  fused attention's reads of q, k, v): few FLOPs per byte, so memory-bound: their time is bytes / bandwidth.
+
+:func:`step_time_prediction` sums the two (a kernel runs under one roof at a time, and unfused kernels do
+not overlap), for a decoder-only ``DecoderLM`` with fused attention. It is a lower bound: real kernels
+reach 60-90 % of a roof, launches cost microseconds, and the optimizer step is left out.
+
+Leaves out: the encoder-decoder's cross-attention bytes, dropout masks, the optimizer's memory traffic,
+communication; measuring FLOPs (``torch.utils.flop_counter``; ``model.transformer_flops`` counts them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from gpuformer_lib import bench, gpu_view
+from gpuformer_lib.model import DecoderLM, TransformerConfig, transformer_flops
+
+
+def elementwise_elements_per_token(config: TransformerConfig) -> int:
+    """Elements read plus written by the memory-bound kernels of one forward pass, per token, whole model.
+
+    Per layer: two LayerNorms (read C, write C: 4C), two residual adds (read 2C, write C: 6C), the
+    activation (read and write d_ff: 2 d_ff), fused attention's reads of q, k, v and write of its output
+    (4C); then the final LayerNorm (2C) and the softmax of the logits in the loss (read and write V: 2V).
+    """
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    C, d_ff, V = config.d_model, config.d_ff, config.vocab_size
+    per_layer = 4 * C + 6 * C + 2 * d_ff + 4 * C
+    return config.n_decoder_layers * per_layer + 2 * C + 2 * V
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPrediction:
+    """Predicted time of one step of a decoder-only model on one GPU, split by roof."""
+
+    gpu: str
+    matmul_flops: int
+    elementwise_bytes: int
+    matmul_seconds: float
+    elementwise_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return self.matmul_seconds + self.elementwise_seconds
+
+    @property
+    def elementwise_fraction(self) -> float:
+        """The share of the predicted time spent in memory-bound kernels (0 to 1)."""
+        return bench.check_fraction("element-wise share of the step", self.elementwise_seconds / self.seconds)
+
+
+def step_time_prediction(config: TransformerConfig, batch_size: int, seq_len: int, dtype: torch.dtype, gpu: str,
+                         training: bool = True) -> StepPrediction:
+    """Matrix products at the tensor-core roof plus element-wise bytes at the bandwidth roof (see the module
+    docstring). Training multiplies both by 3 (the backward reads and writes about twice the forward)."""
+    flops = transformer_flops(config, batch_size, seq_len, training=training)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = batch_size * seq_len * elementwise_elements_per_token(config) * itemsize * (3 if training else 1)
+    return StepPrediction(gpu_view.datasheet(gpu).name, flops, nbytes,
+                          flops / gpu_view.compute_ceiling(gpu, dtype, tensor_cores=True),
+                          nbytes / gpu_view.bandwidth(gpu))
+
+
+def measure_training_step(config: TransformerConfig, batch_size: int, seq_len: int, device: torch.device | str,
+                          dtype: torch.dtype = torch.float32, *, repeats: int = 5, max_seconds: float = 5.0) -> bench.Timing:
+    """Time forward, loss and backward of a ``DecoderLM`` (no optimizer step) on ``device``; ``dtype`` other
+    than float32 runs under autocast (the weights stay float32, as in mixed-precision training)."""
+    torch.manual_seed(0)
+    model = DecoderLM(config).to(device)
+    ids = torch.randint(0, config.vocab_size, (batch_size, seq_len), device=device)
+    device_type = torch.device(device).type
+    autocast = dtype != torch.float32
+
+    def step():
+        with torch.autocast(device_type, dtype=dtype, enabled=autocast):
+            logits = model(ids[:, :-1])  # (B, T-1, V)
+            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size).float(), ids[:, 1:].reshape(-1))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return bench.time_fn(step, device=device, warmup=2, repeats=repeats, max_seconds=max_seconds)
+
+
+def time_vocab_projection(rows: int, d_model: int, vocab_sizes: tuple[int, ...], device: torch.device | str,
+                          dtype: torch.dtype = torch.float32, *, repeats: int = 5) -> dict[int, bench.Timing]:
+    """Time the output projection (rows, C) x (C, V) for each vocabulary size: does padding V to a
+    multiple of 64 (e.g. 50257 -> 50304) make the larger product faster on this device?"""
+    out = {}
+    for V in vocab_sizes:
+        x = torch.randn(rows, d_model, device=device, dtype=dtype)
+        w = torch.randn(V, d_model, device=device, dtype=dtype)
+        out[V] = bench.time_fn(lambda: x @ w.T, device=device, warmup=2, repeats=repeats)  # (rows, C) x (C, V)
+    return out

@@ -1,0 +1,50 @@
+"""The step-time predictor (matrix products at the tensor-core roof + element-wise bytes at the bandwidth
+roof), the step and projection timers, and the architecture figure."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+import torch
+
+from gpuformer_lib import gpu_view
+from gpuformer_lib.diagrams import encoder_decoder_figure
+from gpuformer_lib.layer_cost import (elementwise_elements_per_token, measure_training_step, step_time_prediction,
+                                      time_vocab_projection)
+from gpuformer_lib.model import TransformerConfig, gpt2_config, transformer_flops
+
+
+def test_prediction_is_the_sum_of_the_two_roofs():
+    config = gpt2_config()
+    p = step_time_prediction(config, 8, 1024, torch.bfloat16, "H100 SXM")
+    flops = transformer_flops(config, 8, 1024)
+    assert p.matmul_flops == flops
+    assert p.matmul_seconds == pytest.approx(flops / gpu_view.compute_ceiling("H100 SXM", torch.bfloat16,
+                                                                              tensor_cores=True))
+    assert p.elementwise_bytes == 8 * 1024 * elementwise_elements_per_token(config) * 2 * 3
+    assert p.elementwise_seconds == pytest.approx(p.elementwise_bytes / gpu_view.bandwidth("H100 SXM"))
+    assert p.seconds == pytest.approx(p.matmul_seconds + p.elementwise_seconds)
+    assert 0 < p.elementwise_fraction < 1
+    assert step_time_prediction(config, 8, 1024, torch.float16, "T4").seconds > p.seconds
+
+
+def test_elementwise_elements_by_hand():
+    c = TransformerConfig(vocab_size=10, d_model=8, n_heads=2, n_decoder_layers=3, d_ff=32)
+    assert elementwise_elements_per_token(c) == 3 * (14 * 8 + 2 * 32) + 2 * 8 + 2 * 10
+    with pytest.raises(TypeError):
+        elementwise_elements_per_token("gpt2")
+
+
+def test_timers_run_on_the_cpu():
+    c = TransformerConfig(vocab_size=16, d_model=16, n_heads=2, n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=16)
+    assert measure_training_step(c, 2, 8, "cpu", repeats=2).median > 0
+    times = time_vocab_projection(4, 8, (60, 64), "cpu", repeats=2)
+    assert set(times) == {60, 64} and all(t.median > 0 for t in times.values())
+
+
+def test_architecture_figure_names_the_parts():
+    fig = encoder_decoder_figure()
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    for part in ("cross-attention", "causal self-attention", "feed-forward", "LayerNorm", "memory", "tied"):
+        assert part in texts
