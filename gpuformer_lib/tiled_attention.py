@@ -291,3 +291,59 @@ def fused_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_size:
     flops = attention_flops(batch, heads, t, t, head_size, causal=causal)
     nbytes = 4 * batch * heads * t * head_size * _itemsize(dtype)
     return gpu_view.roofline_seconds(flops, nbytes, gpu, dtype, tensor_cores=True)
+
+
+# --------------------------------------------------------------------------- which fused kernel PyTorch runs
+
+_SDPA_NAMES = {
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "_scaled_dot_product_efficient_attention": "memory-efficient",
+    "_scaled_dot_product_cudnn_attention": "cuDNN",
+    "_scaled_dot_product_fused_attention_overrideable": "fused (device plug-in)",
+    "_efficient_attention_forward": "memory-efficient",
+    "_flash_attention_forward": "flash",
+}
+
+
+class _OpNames(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def sdpa_backend_used(q: Tensor, k: Tensor, v: Tensor, **kwargs) -> str:
+    """The kernel ``F.scaled_dot_product_attention(q, k, v, **kwargs)`` ran on these inputs, as seen by
+    the dispatcher: ``'flash'``, ``'memory-efficient'``, ``'cuDNN'``, ``'flash (CPU)'``, or ``'math'``
+    (the explicit computation, when no fused kernel accepts the inputs)."""
+    import torch.nn.functional as F
+
+    with _OpNames() as ops:
+        F.scaled_dot_product_attention(q, k, v, **kwargs)
+    for name in ops.names:
+        if name in _SDPA_NAMES:
+            return _SDPA_NAMES[name]
+    return "math"
+
+
+def expected_sdpa_backend(compute_capability: tuple[int, int], dtype: torch.dtype, head_size: int, *,
+                          arbitrary_mask: bool = False) -> str:
+    """The fused kernel PyTorch's rules (``sdp_utils.cpp``) pick on a CUDA GPU, tried in the order flash,
+    memory-efficient, math: flash needs sm_80+, float16/bfloat16, a head size up to 256 that is a
+    multiple of 8, and no arbitrary ``attn_mask`` (``is_causal`` is fine); the memory-efficient kernel
+    takes float32 and float16 everywhere, bfloat16 on sm_80+, and masks. So a T4 (sm_75) runs the
+    memory-efficient kernel, an A100 or H100 FlashAttention-2. (cuDNN's kernel, where a PyTorch version
+    prefers it on Hopper, is left out; ``sdpa_backend_used`` shows what actually ran.)"""
+    _check_sizes(head_size=head_size)
+    cc = tuple(compute_capability)
+    aligned = head_size % 8 == 0
+    if (cc >= (8, 0) and dtype in (torch.float16, torch.bfloat16) and head_size <= 256 and aligned
+            and not arbitrary_mask):
+        return "flash"
+    if aligned and (dtype in (torch.float32, torch.float16) or (dtype == torch.bfloat16 and cc >= (8, 0))):
+        return "memory-efficient"
+    return "math"
