@@ -6,6 +6,7 @@ Covers:
   ``print(tensor)``), against queueing the same tiny operation without waiting. On a GPU every such read
   makes the Python thread wait until the GPU has finished all the work queued before it (a *host sync*);
   on a CPU every operation is already synchronous, so the two costs are the same order of magnitude.
+- :func:`nvidia_smi_report`: the driver's own table (``nvidia-smi``), or why there is none.
 - :func:`visible_gpu_count`: ``torch.cuda.device_count()`` in a fresh Python process with a given
   ``CUDA_VISIBLE_DEVICES``: the variable is read once, when CUDA initialises, so it must be set before
   that, in the environment of a new process, never by ``os.environ`` in a notebook that already used CUDA.
@@ -117,6 +118,27 @@ def visible_gpu_count(cuda_visible_devices: str | None) -> int:
     if out.returncode != 0:
         raise RuntimeError(f"the child process failed: {out.stderr.strip()[-500:]}")
     return int(out.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- nvidia-smi
+
+
+def nvidia_smi_report(timeout: float = 20.0) -> str:
+    """The output of ``nvidia-smi`` (its table: driver version, the newest CUDA the driver supports, memory
+    used and total, utilisation, processes), or a sentence saying why there is none on this machine."""
+    import shutil
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ("nvidia-smi is not on this machine's PATH: no NVIDIA driver is installed here, so there is no "
+                "GPU table to read (on a GPU machine this prints it).")
+    try:
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError) as err:
+        return f"nvidia-smi is installed but could not run: {err}"
+    if out.returncode != 0:
+        return f"nvidia-smi failed (exit {out.returncode}): {(out.stdout + out.stderr).strip()[-500:]}"
+    return out.stdout.rstrip()
 
 
 # --------------------------------------------------------------------------- tensors on two devices

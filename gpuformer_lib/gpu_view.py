@@ -244,9 +244,12 @@ class GpuView:
 
 
 def _round(value: float) -> float:
-    """Three significant figures for display (the stored value keeps every digit)."""
+    """Three significant figures for display (the stored value keeps every digit); a whole number is shown
+    whole (a published 15102 MBytes stays 15102, as its quote writes it)."""
     if value == 0:
         return 0.0
+    if float(value).is_integer():
+        return value
     digits = 3 - int(math.floor(math.log10(abs(value)))) - 1
     return round(value, digits)
 

@@ -257,11 +257,12 @@ def check_training_state_prediction(predicted_bytes, measured_bytes: int) -> Che
 
 def check_host_sync_prediction(predicted_seconds, measured_seconds: float, *, per_read: float) -> CheckResult:
     """Grade a prediction of the time of N ``.item()`` reads from the measured cost of one read
-    (``per_read`` seconds). Passes within a factor 2: timing noise on a shared machine is tens of percent."""
+    (``per_read`` seconds). Passes within a factor 3: one read is a few microseconds, and on a shared
+    machine the scheduler's pauses and the loop's own Python overhead move a loop's total by tens of percent."""
     from gpuformer_lib.exercises.predictions import grade_prediction
 
     return grade_prediction(
-        predicted_seconds, measured_seconds, quantity="time of the loop of reads", unit="s", within=2.0,
+        predicted_seconds, measured_seconds, quantity="time of the loop of reads", unit="s", within=3.0,
         too_high=f"Each read costs about {per_read * 1e6:.1f} us here: multiply by the number of reads "
                  "(check your units: microseconds are 1e-6 s, milliseconds 1e-3 s).",
         too_low=f"Each read costs about {per_read * 1e6:.1f} us here, and every one of them waits: the "
