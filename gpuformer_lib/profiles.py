@@ -102,7 +102,7 @@ class DeviceProfile:
     def describe(self) -> str:
         """One line for a notebook's header."""
         if not self.on_gpu:
-            text = f"{self.kind}: bf16 {'native' if self.bf16 else 'emulated'}"
+            text = f"{self.kind}: bf16 {'native' if self.bf16 else 'not native'}"
         else:
             cc = ".".join(map(str, self.compute_capability))
             fast = ", ".join(k for k, v in (("bf16", self.bf16), ("fp16", self.fp16_tensor_cores),

@@ -123,3 +123,12 @@ def test_gpu_view_shows_a_whole_published_number_whole():
     from gpuformer_lib.gpu_view import gpu_view, published
 
     assert "15102 MBytes" in str(gpu_view("t", [published("t4-devicequery-global-memory")]))
+
+
+def test_profile_line_does_not_call_a_cpu_without_native_bf16_emulated():
+    import dataclasses
+
+    from gpuformer_lib.profiles import PROFILES
+
+    line = dataclasses.replace(PROFILES["cpu"], bf16=False).describe()
+    assert line == "cpu: bf16 not native"
