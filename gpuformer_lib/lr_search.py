@@ -164,8 +164,8 @@ def lr_grid_search(train: Callable[[float, int], Sequence[float]], lrs: Sequence
 
 def train_repeating_patterns(make_optimizer: Callable[[torch.nn.Module, float], torch.optim.Optimizer], lr: float,
                              seed: int, *, steps: int = 120, vocab_size: int = 16, d_model: int = 32,
-                             n_layers: int = 2, n_heads: int = 4, device: torch.device | str = "cpu",
-                             check_every: int = 20) -> list[float]:
+                             n_layers: int = 2, n_heads: int = 4, batch_size: int = 32,
+                             device: torch.device | str = "cpu", check_every: int = 20) -> list[float]:
     """Train a small ``DecoderLM`` on ``data.repeating_patterns`` for ``steps`` steps with
     ``make_optimizer(model, lr)``; return the loss of each step (of the predictable positions, after the
     first period). ``seed`` sets the initial weights and the batches. A run whose loss becomes non-finite
@@ -183,7 +183,8 @@ def train_repeating_patterns(make_optimizer: Callable[[torch.nn.Module, float], 
     optimizer = make_optimizer(model, lr)
     losses = []
     for step in range(steps):
-        x, y = data.repeating_patterns(step, vocab_size, period=period, seed=10_000 * seed)
+        x, y = data.repeating_patterns(step, vocab_size, batch_size=batch_size, period=period,
+                                      seed=10_000 * seed)
         x, y = x.to(device), y.to(device)
         logits = model(x)  # (B, T, V)
         loss = F.cross_entropy(logits[:, period:].reshape(-1, vocab_size), y[:, period:].reshape(-1))

@@ -71,3 +71,27 @@ def logits_bytes(batch_size: int, seq_len: int, vocab_size: int, *, element_byte
     """Bytes of one (B, T, V) logits tensor."""
     return (_count("batch_size", batch_size) * _count("seq_len", seq_len) * _count("vocab_size", vocab_size)
             * _count("element_bytes", element_bytes))
+
+
+def time_adamw_step(n_params: int, implementation: str, device="cpu", *, n_tensors: int = 8, repeats: int = 10):
+    """Time one ``torch.optim.AdamW`` step over ``n_params`` float32 parameters in ``n_tensors`` tensors on
+    ``device``, with ``implementation`` ``'for-loop'`` (foreach=False), ``'foreach'`` or ``'fused'``; the
+    state is created by a first, untimed step. Returns a ``bench.Timing`` (report its median)."""
+    import torch
+
+    from gpuformer_lib import bench
+
+    n_params, n_tensors = _count("n_params", n_params), _count("n_tensors", n_tensors)
+    if n_tensors < 1 or n_params < n_tensors:
+        raise ValueError(f"need 1 <= n_tensors <= n_params, got n_tensors={n_tensors}, n_params={n_params}")
+    flags = {"for-loop": dict(foreach=False), "foreach": dict(foreach=True), "fused": dict(fused=True)}
+    if implementation not in flags:
+        raise ValueError(f"implementation must be one of {sorted(flags)}, got {implementation!r}")
+    g = torch.Generator().manual_seed(0)
+    sizes = [n_params // n_tensors + (i < n_params % n_tensors) for i in range(n_tensors)]
+    params = [torch.nn.Parameter(torch.randn(s, generator=g).to(device)) for s in sizes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g).to(device)
+    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, **flags[implementation])
+    optimizer.step()  # creates m and v
+    return bench.time_fn(optimizer.step, device=device, warmup=2, repeats=repeats)

@@ -157,3 +157,11 @@ def test_foreach_pass_count_matches_torch_source():
                  "_foreach_mul_(device_params, 1 - lr * weight_decay)"):
         assert call in source
     assert len(optimizer_cost._FOREACH_PASSES) == 8
+
+
+@pytest.mark.parametrize("implementation", ["for-loop", "foreach", "fused"])
+def test_time_adamw_step(implementation):
+    timing = optimizer_cost.time_adamw_step(10_000, implementation, n_tensors=3, repeats=3)
+    assert len(timing.times) == 3 and timing.median > 0
+    with pytest.raises(ValueError, match="implementation"):
+        optimizer_cost.time_adamw_step(10, "apex")
