@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import warnings
 from typing import Sequence
 
 import torch
@@ -229,3 +230,28 @@ def transformer_layer_operations(tokens: int, width: int, heads: int, seq: int, 
         Operation("GELU", 8 * tokens * 4 * width, 2 * tokens * 4 * width * b, False),
         Operation("residual add", tokens * width, 3 * tokens * width * b, False),
     ]
+
+
+# --------------------------------------------------------------------------- a CPU's 16-bit code paths
+
+
+def cpu_matmul_paths(n: int = 256, *, repeats: int = 3) -> dict[str, float]:
+    """FLOP/s of an n x n x n product on the CPU in float32, bfloat16 and float16, each 16-bit format twice:
+    through oneDNN (PyTorch's CPU BLAS for 16-bit formats, which uses native bf16/fp16 instructions where the
+    CPU has them) and with oneDNN switched off (PyTorch's portable fallback GEMM). Shows that a slow 16-bit
+    product on a CPU is a property of the code path, not of the format."""
+    _count("n", n)
+    rates: dict[str, float] = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a = torch.randn(n, n, dtype=dtype)
+        b = torch.randn(n, n, dtype=dtype)
+        name = str(dtype).removeprefix("torch.")
+        paths = ((name, True),) if dtype == torch.float32 else ((f"{name} (oneDNN)", True),
+                                                                 (f"{name} (fallback, oneDNN off)", False))
+        for label, enabled in paths:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")  # irrelevant here
+                with torch.backends.mkldnn.flags(enabled=enabled):
+                    timing = bench.time_fn(lambda: a @ b, warmup=1, repeats=repeats, max_seconds=2.0)
+            rates[label] = bench.matmul_flops(n, n, n) / timing.median
+    return rates

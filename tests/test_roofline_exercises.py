@@ -127,3 +127,11 @@ def test_time_predictions_grade_within_a_factor_and_explain_the_gap():
     assert not check_matmul_time_prediction("0.05", 0.05)
     with pytest.raises(ValueError):
         check_matmul_time_prediction(0.05, 0.0)
+
+
+def test_cpu_matmul_paths_names_every_path_and_the_fallback_is_slow():
+    rates = roofline.cpu_matmul_paths(64, repeats=1)
+    assert set(rates) == {"float32", "bfloat16 (oneDNN)", "bfloat16 (fallback, oneDNN off)", "float16 (oneDNN)",
+                          "float16 (fallback, oneDNN off)"}
+    assert all(r > 0 for r in rates.values())
+    assert torch.backends.mkldnn.enabled  # the flag is restored

@@ -85,9 +85,9 @@ def check_bound_two_roofs(answers: dict, tensor_peak: float = H100_TENSOR_BF16, 
 
 def check_gelu_time_prediction(predicted_seconds, measured_seconds: float) -> CheckResult:
     """Grade a predicted time of GELU on a large float32 tensor (from this device's measured main-memory
-    bandwidth) against the time measured here: a pass within a factor of 2.5."""
+    bandwidth) against the time measured here: a pass within a factor of 3 (a shared machine is noisy)."""
     return grade_prediction(
-        predicted_seconds, measured_seconds, quantity="the time of GELU", unit="s", within=2.5,
+        predicted_seconds, measured_seconds, quantity="the time of GELU", unit="s", within=3.0,
         too_high=("Slower predicted than measured: check the bytes (4 per float32 element, read once and written "
                   "once: 8 per element) and the units (bytes/s, not GB/s). If they are right, the tensor fitted in a "
                   "cache, which is faster than the main-memory bandwidth you used."),
@@ -101,9 +101,9 @@ def check_gelu_time_prediction(predicted_seconds, measured_seconds: float) -> Ch
 
 def check_matmul_time_prediction(predicted_seconds, measured_seconds: float) -> CheckResult:
     """Grade a predicted time of an n x n x n float32 product (from this device's best measured float32 rate)
-    against the time measured here: a pass within a factor of 2.5."""
+    against the time measured here: a pass within a factor of 3 (a shared machine is noisy)."""
     return grade_prediction(
-        predicted_seconds, measured_seconds, quantity="the time of the matrix product", unit="s", within=2.5,
+        predicted_seconds, measured_seconds, quantity="the time of the matrix product", unit="s", within=3.0,
         too_high=("Slower predicted than measured: check the FLOPs (2 n^3) and the units (FLOP/s, not GFLOP/s). "
                   "If they are right, this size ran faster than the best rate of the sweep: the sweep was measured "
                   "while the machine was busier."),
