@@ -231,24 +231,24 @@ def check_kernel_roofs(answers: dict[str, tuple[float, str, str]]) -> CheckResul
 
 
 def check_strided_copy_prediction(predicted, measured: float, stride: int) -> CheckResult:
-    """Grade a predicted time ratio (strided copy of n float32 elements, every ``stride``-th read) / (a
-    contiguous copy of n elements) against the ratio this device measured."""
+    """Grade a predicted time ratio: a gather of n float32 elements ``out = x[idx]`` with ``idx = arange(n) *
+    stride`` (int64) over the same gather with ``stride`` 1, against the ratio this device measured. Both
+    run the same code, so the ratio is what the memory traffic makes it."""
     from gpuformer_lib.exercises.predictions import grade_prediction
 
     return grade_prediction(
-        predicted, measured, quantity=f"the stride-{stride} copy's time over a contiguous copy's", unit="x",
+        predicted, measured, quantity=f"the stride-{stride} gather's time over the stride-1 gather's", unit="x",
         within=2.0,
-        too_high=("Memory moves whole sectors (32 B on a GPU) or cache lines (64 B on a CPU), so a stride "
-                  "larger than that costs one sector per element, no more: the read traffic grows with the "
-                  "stride only up to the sector size. And the write is contiguous in both copies."),
-        too_low=("Count the bytes fetched, not the bytes used: with stride s (4-byte floats) every element pulls "
-                 "in a 32-byte sector (GPU) or a 64-byte line (CPU) of which it uses 4 bytes, until s reaches "
-                 "8 (GPU) or 16 (CPU). A copy that reads s x more and writes the same takes about (s + 1) / 2 "
-                 "times as long. A CPU also runs a contiguous copy with wide vector loads and prefetching, "
-                 "which a gather defeats."),
-        why_close=("What is left: a contiguous copy uses the widest vector loads and the hardware prefetcher; a "
-                   "strided one loads one element at a time, so it is a little slower than the byte count says "
-                   "(and, on a shared machine, timing noise)."))
+        too_high=("Only the reads of x grow with the stride, and only up to the size of what memory moves at "
+                  "once (a 32-byte sector on a GPU, a 64-byte line on a CPU): past that, one element costs one "
+                  "sector. The index (8 bytes per element) and the write (4 bytes) are the same in both gathers."),
+        too_low=("Count the bytes fetched, not the bytes used: with stride 8 every 4-byte element of x pulls in "
+                 "its own 32-byte sector, 8x the reads. But count everything: per element the stride-1 gather "
+                 "reads 8 bytes of index and 4 of x and writes 4 (16 bytes); the stride-8 one reads 8 + 32 "
+                 "and writes 4."),
+        why_close=("What is left: a CPU's prefetcher and a GPU's caches hide part of the waste, and a gather "
+                   "that jumps through memory waits on latency as well as on bandwidth (and, on a shared "
+                   "machine, timing noise)."))
 
 
 def check_occupancy_prediction(answers, threads_per_block: int, regs_per_thread: int, smem_per_block: int,
