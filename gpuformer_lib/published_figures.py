@@ -154,6 +154,31 @@ HEADS = (
 
 MODEL = (
     # layers and model step times, positional encodings, tensor-core-friendly shapes
+    F(key="transformer-base-step-time-8xp100", value=0.4, unit="s",
+      quantity="training step time, Transformer base (batches of about 25,000 source + 25,000 target tokens)",
+      hardware="one machine with 8 NVIDIA P100 GPUs", software="not stated (Tensor2Tensor, TensorFlow, 2017)",
+      url="https://arxiv.org/abs/1706.03762", title="Attention Is All You Need (Vaswani et al., 2017)",
+      where="§5.2 Hardware and Schedule",
+      quote=("For our base models using the hyperparameters described throughout the paper, each training step "
+             "took about 0.4 seconds."),
+      chapters=(5,),
+      note=("A step of the 65 M-parameter base model over 8 GPUs, each with about 1/8 of the batch. Read in the "
+            "paper's text as reproduced verbatim in public copies (§5.2).")),
+    F(key="transformer-base-training-hours-8xp100", value=12, unit="hours",
+      quantity="training time of the Transformer base model, 100,000 steps",
+      hardware="one machine with 8 NVIDIA P100 GPUs", software="not stated (Tensor2Tensor, TensorFlow, 2017)",
+      url="https://arxiv.org/abs/1706.03762", title="Attention Is All You Need (Vaswani et al., 2017)",
+      where="§5.2 Hardware and Schedule",
+      quote="We trained the base models for a total of 100,000 steps or 12 hours.",
+      chapters=(5,), note="100,000 steps x 0.4 s = 11.1 hours: the two figures agree."),
+    F(key="nanogpt-padded-vocab-size", value=50304, unit="tokens",
+      quantity="GPT-2 vocabulary padded to a multiple of 64",
+      hardware="not hardware-specific (a shape choice for GPU matrix products)", software="nanoGPT (PyTorch)",
+      url="https://github.com/karpathy/nanoGPT/blob/master/model.py", title="nanoGPT, model.py (Karpathy)",
+      where="GPTConfig, vocab_size",
+      quote="vocab_size: int = 50304 # GPT-2 vocab_size of 50257, padded up to nearest multiple of 64 for efficiency",
+      chapters=(5,),
+      note="50304 = 64 x 786 = 2^7 x 393; the 47 extra rows are never a target, so training learns to ignore them."),
 )
 
 _ZERO_PAPER = dict(
