@@ -395,3 +395,61 @@ def predicted_recompute_seconds(gpu: str, n_params: int, seq_len: int, batch: in
     item = torch.empty((), dtype=dtype).element_size()
     flops = 2 * n_params * seq_len * batch
     return gpu_view.roofline_seconds(flops, n_params * item, gpu, dtype, tensor_cores=True)
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def time_decode_step(model: CachedDecoder, batch: int, context: int, *, use_cache: bool,
+                     device: torch.device | str | None = None, repeats: int = 7, max_seconds: float | None = None):
+    """Time one greedy decoding step at ``context`` tokens (a ``bench.Timing``): with the cache, one new
+    token against ``context - 1`` cached ones (the cache is cut back before each repeat); without it, a
+    forward pass over all ``context`` tokens, as a decoder without a cache must run for every new token."""
+    from gpuformer_lib import bench
+
+    if not 1 < context <= model.shape.max_len:
+        raise ValueError(f"context must be in [2, {model.shape.max_len}], got {context}")
+    device = model.head.weight.device if device is None else device
+    idx = torch.randint(0, model.shape.vocab_size, (batch, context), device=device)
+    if use_cache:
+        cache = model.new_cache(batch, context)
+        with torch.no_grad():
+            model(idx[:, :-1], cache)  # prefill: the first context - 1 tokens
+
+        def step():
+            cache.truncate(context - 1)
+            return model(idx[:, -1:], cache)  # (B, 1, V)
+    else:
+        def step():
+            return model(idx)  # (B, context, V)
+    with torch.no_grad():
+        return bench.time_fn(step, device=device, repeats=repeats, max_seconds=max_seconds)
+
+
+SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
+
+
+def sdpa_backends(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool = False) -> dict[str, str]:
+    """Which of ``F.scaled_dot_product_attention``'s backends accept these inputs on their device: each is
+    forced in turn with ``torch.nn.attention.sdpa_kernel``; the value is ``'runs'`` or ``'refused: '`` and
+    PyTorch's first stated reason (head size, dtype, GPU generation, ...)."""
+    import warnings
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    report = {}
+    for name in SDPA_BACKENDS:
+        backend = getattr(SDPBackend, name, None)
+        if backend is None:
+            report[name] = "refused: not in this version of PyTorch"
+            continue
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel(backend):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+                report[name] = "runs"
+            except RuntimeError as error:
+                reasons = [str(w.message).splitlines()[0] for w in caught] or [str(error).splitlines()[0]]
+                report[name] = "refused: " + reasons[0][:160]
+    return report

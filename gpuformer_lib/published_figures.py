@@ -150,6 +150,28 @@ ATTENTION = (
 
 HEADS = (
     # multi-head, MQA/GQA, the KV cache, decoding speed
+    F(key="gpt-fast-llama2-7b-decode-tokens-per-s", value=104.9, unit="tokens/s",
+      quantity="decode speed of Llama-2-7B in bf16 at batch size 1 (gpt-fast, torch.compile, KV cache)",
+      hardware="NVIDIA A100-80GB (one of 8, power-limited to 330 W)", software="PyTorch nightly (late 2023), gpt-fast",
+      url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)", where="Benchmarks table, row Base",
+      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4,),
+      note="Batch size 1 and a 5-token prompt: each token reads every weight once, so the rate is bandwidth-bound."),
+    F(key="gpt-fast-llama2-7b-decode-bandwidth", value=1397.31, unit="GB/s",
+      quantity="memory bandwidth reached while decoding Llama-2-7B in bf16 at batch size 1",
+      hardware="NVIDIA A100-80GB (one of 8, power-limited to 330 W)", software="PyTorch nightly (late 2023), gpt-fast",
+      url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)",
+      where="Benchmarks table, row Base, column Memory Bandwidth (GB/s)",
+      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4,),
+      note="The README adds: \"Empirically, seems like peak bandwidth is about 1700 GB/s\" on this power-limited "
+           "A100; the datasheet figure is 2039 GB/s."),
+    F(key="flash-attention-2-max-head-dim", value=256, unit="head dim",
+      quantity="largest head dimension FlashAttention-2 supports",
+      hardware="Ampere, Ada or Hopper GPUs (A100, RTX 3090, RTX 4090, H100); not Turing (T4)",
+      software="flash-attn 2.x (head dim 256 backward on consumer GPUs from 2.5.5)",
+      url="https://github.com/Dao-AILab/flash-attention", title="FlashAttention (README)",
+      where="Installation and features, NVIDIA CUDA Support, item 3",
+      quote="All head dimensions up to 256.", chapters=(4,),
+      note="A limit of the kernel, not a measurement: larger heads fall back to another SDPA backend."),
 )
 
 MODEL = (

@@ -164,3 +164,35 @@ def test_heads_prediction_batching_wins_on_small_heads_and_ties_on_large():
     large = predicted_heads_loop_vs_batch(8, 12, 8192, 64, torch.float16, "H100 SXM")
     assert small.speedup > 3 and small.launch_bound_loop
     assert 1 <= large.speedup < 1.1 and not large.launch_bound_loop
+
+
+def test_time_decode_step_both_ways():
+    from gpuformer_lib.kv_cache import time_decode_step
+
+    model = CachedDecoder(DecoderShape(vocab_size=11, d_model=16, n_heads=4, n_kv_heads=1, n_layers=1,
+                                       max_len=32)).eval()
+    for use_cache in (True, False):
+        timing = time_decode_step(model, 2, 20, use_cache=use_cache, repeats=3)
+        assert len(timing.times) == 3 and timing.median > 0
+    with pytest.raises(ValueError):
+        time_decode_step(model, 2, 33, use_cache=True)
+
+
+def test_sdpa_backends_reports_math_runs_and_names_every_backend():
+    from gpuformer_lib.kv_cache import SDPA_BACKENDS, sdpa_backends
+
+    q = torch.randn(1, 2, 8, 16)
+    report = sdpa_backends(q, q, q, is_causal=True)
+    assert set(report) == set(SDPA_BACKENDS) and report["MATH"] == "runs"
+    assert all(r == "runs" or r.startswith("refused: ") for r in report.values())
+
+
+def test_chapter_4_takes_its_dtype_from_the_profile():
+    """The review found chapter 4 choosing bf16 with torch.cuda.is_bf16_supported(), which counts a T4's
+    emulation: the notebook must ask the profile (profiles.compute_dtype)."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parent.parent / "notebooks" / "04_multi_head_attention.ipynb").read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "is_bf16_supported" not in code and "compute_dtype(profile)" in code
