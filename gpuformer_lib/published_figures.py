@@ -128,7 +128,7 @@ ATTENTION = (
       note="Twice the saving at twice the length: the ratio of a T^2 term to a T term."),
     F(key="flashattention-1-fraction-of-peak", value=40, unit="%",
       quantity="FlashAttention (v1): fraction of the theoretical maximum FLOPs/s reached (upper end of 25-40 %)",
-      hardware="not named in the sentence (the paper benchmarks A100 GPUs)", software="not stated",
+      hardware="not named in the quoted sentence", software="not stated",
       url="https://arxiv.org/abs/2307.08691",
       title="Dao (2023), FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
       where="abstract",
