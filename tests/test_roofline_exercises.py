@@ -135,3 +135,17 @@ def test_cpu_matmul_paths_names_every_path_and_the_fallback_is_slow():
                           "float16 (fallback, oneDNN off)"}
     assert all(r > 0 for r in rates.values())
     assert torch.backends.mkldnn.enabled  # the flag is restored
+
+
+def test_check_bound_judges_element_wise_kernels_against_the_vector_roof():
+    from gpuformer_lib.exercises.hardware import BOUND_OPERATIONS, check_bound
+    # with a slow vector unit (ridge 0.9 FLOP/byte) layer norm and softmax turn compute-bound; the matmuls keep
+    # the tensor-core ridge (295)
+    slow_vector = dict(peak_flops=989.4e12, bandwidth=3.35e12, vector_flops=3e12)
+    right = {op: "compute" if (op.startswith("matmul (4096") or (not op.startswith("matmul") and i > 3e12 / 3.35e12))
+             else "memory" for op, i in BOUND_OPERATIONS.items()}
+    assert check_bound(right, **slow_vector)
+    one_ridge = {op: "compute" if op.startswith("matmul (4096") else "memory" for op in BOUND_OPERATIONS}
+    result = check_bound(one_ridge, **slow_vector)
+    assert not result and "CUDA cores" in result.message
+    assert check_bound(one_ridge)  # on an H100's datasheet both ridges give the same answers

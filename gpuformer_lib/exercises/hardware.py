@@ -195,26 +195,34 @@ BOUND_OPERATIONS: dict[str, float] = {
 
 
 @_safe_check
-def check_bound(answers: dict[str, str], peak_flops: float = 989.4e12, bandwidth: float = 3.35e12) -> CheckResult:
+def check_bound(answers: dict[str, str], peak_flops: float = 989.4e12, bandwidth: float = 3.35e12,
+                vector_flops: float = 67e12) -> CheckResult:
     """``answers`` maps each name in :data:`BOUND_OPERATIONS` to ``"memory"`` or ``"compute"``: which
-    roof limits it on a GPU with these ceilings (default: an H100 SXM's datasheet bf16 and HBM3)."""
+    roof limits it on a GPU with these ceilings (default: an H100 SXM's datasheet bf16 tensor cores, CUDA-core
+    float32 and HBM3). Matrix products are judged against ``peak_flops`` (tensor cores); element-wise and
+    row-wise kernels, which never run on tensor cores, against min(``vector_flops``, ``peak_flops``)."""
     if not isinstance(answers, dict):
         return _report(False, "Pass a dict that maps each name in BOUND_OPERATIONS to 'memory' or 'compute', "
                               f"not {_describe(answers)}.")
     ridge = peak_flops / bandwidth
+    vector_ridge = min(vector_flops, peak_flops) / bandwidth
     missing = [op for op in BOUND_OPERATIONS if op not in answers]
     if missing:
         return _report(False, f"Answer every operation; missing: {missing[0]!r}.")
     for op, intensity in BOUND_OPERATIONS.items():
-        want = "compute" if intensity > ridge else "memory"
+        matrix = op.startswith("matmul")
+        op_ridge = ridge if matrix else vector_ridge
+        want = "compute" if intensity > op_ridge else "memory"
         got = str(answers[op]).strip().lower()
         if got not in ("memory", "compute"):
             return _report(False, f"Answer 'memory' or 'compute' for {op!r}, not {answers[op]!r}.")
         if got != want:
-            return _report(False, f"{op}: its intensity is {intensity:.3g} FLOP/byte and the ridge is at "
-                                  f"{ridge:.0f} FLOP/byte, so it is {want}-bound.")
-    return _report(True, f"Only the large matmul clears the ridge at {ridge:.0f} FLOP/byte; a 16-row "
-                         "product (a decoding step) is memory-bound like the element-wise operations.")
+            units = "tensor cores" if matrix else "CUDA cores (element-wise work never runs on tensor cores)"
+            return _report(False, f"{op}: its intensity is {intensity:.3g} FLOP/byte; it runs on {units}, whose "
+                                  f"ridge is at {op_ridge:.0f} FLOP/byte, so it is {want}-bound.")
+    return _report(True, f"Only the large matmul clears the tensor-core ridge at {ridge:.0f} FLOP/byte; a 16-row "
+                         "product (a decoding step) is memory-bound, and the element-wise operations sit far below "
+                         f"even the CUDA-core ridge at {vector_ridge:.0f} FLOP/byte.")
 
 
 @_safe_check
