@@ -20,10 +20,11 @@ faster (a tiled matmul trades occupancy for registers and shared memory that hol
 A launch of G blocks on S SMs with b resident blocks per SM runs in ``ceil(G / (b * S))`` **waves**; the
 last one may be partly empty (the **tail effect**): the fraction of slots used is G / (waves * b * S).
 
-Per-SM limits: the "Technical Specifications per Compute Capability" table of NVIDIA's CUDA C++
-Programming Guide (compute capability 7.5, the T4's Turing; 9.0, the H100's Hopper) and the Turing and
-Hopper tuning guides; SM counts from the T4 (40 SMs, Turing whitepaper) and H100 SXM5 (132 SMs, Hopper
-whitepaper). :func:`bank_conflict_ways` models shared memory as 32 banks of 4-byte words.
+Per-SM limits: NVIDIA's Turing Tuning Guide (compute capability 7.5, the T4) and Hopper Tuning Guide
+(9.0, the H100), section "Occupancy", quoted in the registry (``sm75-*`` and ``sm90-*`` keys; a test checks
+the two agree), and the CUDA C++ Programming Guide's table of technical specifications per compute
+capability for the rest (1,024 threads per block, the allocation units, 1 KB reserved per block from
+sm_80 on). SM counts: 40 on a T4, 132 on an H100 SXM5 (NVIDIA's Turing and Hopper whitepapers). :func:`bank_conflict_ways` models shared memory as 32 banks of 4-byte words.
 
 Leaves out: the register file's split over the SM's four sub-partitions and the warp-allocation
 granularity (the official calculator rounds a little more), the shared-memory carve-out the driver picks

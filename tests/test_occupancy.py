@@ -111,3 +111,14 @@ def test_waves_and_tail():
                                           (33, 1), (64, 32)])
 def test_bank_conflicts(stride, ways):
     assert occ.bank_conflict_ways(stride) == ways
+
+
+def test_limits_agree_with_the_published_figures():
+    # the registry quotes NVIDIA's Turing and Hopper tuning guides; the calculator must use the same numbers
+    from gpuformer_lib.published import figure
+
+    for arch, prefix in (("sm_75", "sm75"), ("sm_90", "sm90")):
+        lim = occ.LIMITS[arch]
+        assert lim.max_warps == figure(f"{prefix}-max-warps-per-sm").value
+        assert lim.max_blocks == figure(f"{prefix}-max-blocks-per-sm").value
+        assert lim.smem_per_sm == figure(f"{prefix}-shared-memory-per-sm").value * 1024
