@@ -36,14 +36,14 @@ def _stack(ax, x, y0, sublayers, label):
         _arrow(ax, (x, y + 0.26), (x, y + 0.32))
         ax.plot([x - 1.1, x - 1.1], [y - 0.05, y + 0.85], color="dimgrey", lw=0.8)  # the residual path
         y += 1.05
-    ax.text(x - 1.42, (y0 + y) / 2, label, rotation=90, ha="right", va="center", fontsize=8)
+    ax.text(x - 1.55, (y0 + y) / 2, label, rotation=90, ha="center", va="center", fontsize=8)
     return y
 
 
 def encoder_decoder_figure(figsize=(8.5, 5.6)):
     """The encoder-decoder Transformer, pre-LN, as a matplotlib figure (returned, not shown)."""
     fig, ax = plt.subplots(figsize=figsize)
-    ax.set_xlim(-1.0, 6.4)
+    ax.set_xlim(-1.1, 6.4)
     ax.set_ylim(-1.6, 5.1)
     ax.axis("off")
     enc_x, dec_x = 0.8, 4.2

@@ -76,10 +76,9 @@ def step_time_prediction(config: TransformerConfig, batch_size: int, seq_len: in
                           nbytes / gpu_view.bandwidth(gpu))
 
 
-def measure_training_step(config: TransformerConfig, batch_size: int, seq_len: int, device: torch.device | str,
-                          dtype: torch.dtype = torch.float32, *, repeats: int = 5, max_seconds: float = 5.0) -> bench.Timing:
-    """Time forward, loss and backward of a ``DecoderLM`` (no optimizer step) on ``device``; ``dtype`` other
-    than float32 runs under autocast (the weights stay float32, as in mixed-precision training)."""
+def _training_step(config: TransformerConfig, batch_size: int, seq_len: int, device: torch.device | str,
+                   dtype: torch.dtype):
+    """A closure running forward, loss and backward of a fresh ``DecoderLM`` (no optimizer step)."""
     torch.manual_seed(0)
     model = DecoderLM(config).to(device)
     ids = torch.randint(0, config.vocab_size, (batch_size, seq_len), device=device)
@@ -93,7 +92,29 @@ def measure_training_step(config: TransformerConfig, batch_size: int, seq_len: i
         loss.backward()
         model.zero_grad(set_to_none=True)
 
+    return step
+
+
+def measure_training_step(config: TransformerConfig, batch_size: int, seq_len: int, device: torch.device | str,
+                          dtype: torch.dtype = torch.float32, *, repeats: int = 5, max_seconds: float = 5.0) -> bench.Timing:
+    """Time forward, loss and backward of a ``DecoderLM`` (no optimizer step) on ``device``; ``dtype`` other
+    than float32 runs under autocast (the weights stay float32, as in mixed-precision training)."""
+    step = _training_step(config, batch_size, seq_len, device, dtype)
     return bench.time_fn(step, device=device, warmup=2, repeats=repeats, max_seconds=max_seconds)
+
+
+def measure_time_split(config: TransformerConfig, batch_size: int, seq_len: int, device: torch.device | str,
+                       dtype: torch.dtype = torch.float32, *, active: int = 2) -> dict[str, float]:
+    """The same step under ``torch.profiler``: the fraction of operator time per category of
+    ``bench.operator_category`` ('matrix products', 'attention', 'element-wise, norms, copies', ...),
+    summing to 1. On a GPU the kernels' device time; on a CPU the operators' own CPU time."""
+    step = _training_step(config, batch_size, seq_len, device, dtype)
+    prof = bench.profile_steps(step, wait=1, warmup=1, active=active, device=device)
+    micros = bench.time_by_category(prof.key_averages(), device)
+    total = sum(micros.values())
+    if total <= 0:
+        raise RuntimeError("the profiler recorded no operator time for the step")
+    return {category: bench.check_fraction(f"share of {category}", t / total) for category, t in micros.items()}
 
 
 def time_vocab_projection(rows: int, d_model: int, vocab_sizes: tuple[int, ...], device: torch.device | str,

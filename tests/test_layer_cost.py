@@ -10,8 +10,8 @@ import torch
 
 from gpuformer_lib import gpu_view
 from gpuformer_lib.diagrams import encoder_decoder_figure
-from gpuformer_lib.layer_cost import (elementwise_elements_per_token, measure_training_step, step_time_prediction,
-                                      time_vocab_projection)
+from gpuformer_lib.layer_cost import (elementwise_elements_per_token, measure_time_split, measure_training_step,
+                                      step_time_prediction, time_vocab_projection)
 from gpuformer_lib.model import TransformerConfig, gpt2_config, transformer_flops
 
 
@@ -41,6 +41,9 @@ def test_timers_run_on_the_cpu():
     assert measure_training_step(c, 2, 8, "cpu", repeats=2).median > 0
     times = time_vocab_projection(4, 8, (60, 64), "cpu", repeats=2)
     assert set(times) == {60, 64} and all(t.median > 0 for t in times.values())
+    split = measure_time_split(c, 2, 8, "cpu")
+    assert sum(split.values()) == pytest.approx(1.0)
+    assert split.get("matrix products", 0) > 0 and all(0 <= v <= 1 for v in split.values())
 
 
 def test_architecture_figure_names_the_parts():
