@@ -1,5 +1,6 @@
 """Architecture diagrams drawn with matplotlib: the encoder-decoder Transformer of Vaswani et al. 2017
-(their Figure 1), in the pre-LN arrangement the library uses by default, with dropout marked where the
+(their Figure 1), but in the pre-LN arrangement the library uses by default (the paper draws post-LN:
+"Add & Norm" after each sublayer), with a final LayerNorm on each stack and the tied head's C^-1/2, with dropout marked where the
 paper applies it (on each sublayer's output before the residual add, and on embeddings + positions).
 
 Leaves out: decoder-only and encoder-only variants (drop one stack and the cross-attention), attention's
@@ -9,7 +10,7 @@ inner structure (chapter 3's and 4's figures).
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
 _COLOURS = {"attn": "#f6c28b", "ff": "#9ecae1", "norm": "#e5e5e5", "embed": "#c7e9c0", "out": "#d4b9da"}
 
@@ -24,8 +25,9 @@ def _arrow(ax, start, end, **kw):
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=9, lw=0.8, color="black", **kw))
 
 
-def _stack(ax, x, y0, sublayers, label):
-    """A pre-LN layer: for each sublayer, LayerNorm -> sublayer -> dropout -> add. Returns the top y."""
+def _stack(ax, x, y0, sublayers, label, label_side=-1):
+    """A pre-LN layer: for each sublayer, LayerNorm -> sublayer -> dropout -> add (a circled + on the
+    residual path). ``label_side`` -1 puts the "layer x N" label left of the stack, +1 right. Returns the top y."""
     y = y0
     ax.add_patch(FancyBboxPatch((x - 1.25, y0 - 0.25), 2.5, 1.05 * len(sublayers) + 0.3,
                                 boxstyle="round,pad=0.05", fc="none", ec="grey", ls="--", lw=0.8))
@@ -35,8 +37,13 @@ def _stack(ax, x, y0, sublayers, label):
         ax.text(x + 1.05, y + 0.73, "dropout, +", fontsize=6.5, ha="left", va="center", color="dimgrey")
         _arrow(ax, (x, y + 0.26), (x, y + 0.32))
         ax.plot([x - 1.1, x - 1.1], [y - 0.05, y + 0.85], color="dimgrey", lw=0.8)  # the residual path
+        ax.plot([x - 0.95, x - 1.03], [y + 0.6, y + 0.7], color="dimgrey", lw=0.8)  # sublayer -> the add
+        ax.add_patch(Circle((x - 1.1, y + 0.73), 0.075, fc="white", ec="dimgrey", lw=0.8, zorder=3))
+        ax.text(x - 1.1, y + 0.73, "+", ha="center", va="center", fontsize=7, color="dimgrey", zorder=4)
         y += 1.05
-    ax.text(x - 1.55, (y0 + y) / 2, label, rotation=90, ha="center", va="center", fontsize=8)
+    label_x = x - 1.55 if label_side < 0 else x + 1.95
+    ax.text(label_x, (y0 + y) / 2, label, rotation=90 if label_side < 0 else 270, ha="center", va="center",
+            fontsize=8)
     return y
 
 
@@ -57,7 +64,7 @@ def encoder_decoder_figure(figsize=(8.5, 5.6)):
     # stacks
     top_enc = _stack(ax, enc_x, 0.2, [("self-attention", "attn"), ("feed-forward", "ff")], "encoder layer x N")
     top_dec = _stack(ax, dec_x, 0.2, [("causal self-attention", "attn"), ("cross-attention", "attn"),
-                                      ("feed-forward", "ff")], "decoder layer x N")
+                                      ("feed-forward", "ff")], "decoder layer x N", label_side=1)
     _arrow(ax, (enc_x, -0.3), (enc_x, 0.0))
     _arrow(ax, (dec_x, -0.3), (dec_x, 0.0))
     _box(ax, enc_x, top_enc + 0.2, 1.9, 0.3, "final LayerNorm", "norm", 7)
@@ -71,5 +78,6 @@ def encoder_decoder_figure(figsize=(8.5, 5.6)):
     _box(ax, dec_x, top_dec + 0.95, 2.6, 0.5, "linear to vocabulary (tied to the\ntarget embedding, x C^-1/2)", "out", 7)
     _arrow(ax, (dec_x, top_dec + 0.35), (dec_x, top_dec + 0.7))
     ax.text(dec_x, top_dec + 1.45, "logits (B, T, V) -> softmax / loss", ha="center", fontsize=8)
-    ax.set_title("The encoder-decoder Transformer (pre-LN; grey line: the residual path)", fontsize=10)
+    ax.set_title("The encoder-decoder Transformer as this library builds it (pre-LN; grey line and (+): the residual "
+                 "path)", fontsize=9.5)
     return fig

@@ -13,7 +13,8 @@ count the first; Korthikanti et al. 2022 and the Ultra-Scale Playbook discuss th
 
 :func:`step_time_prediction` sums the two (a kernel runs under one roof at a time, and unfused kernels do
 not overlap), for a decoder-only ``DecoderLM`` with fused attention. It is a lower bound: real kernels
-reach 60-90 % of a roof, launches cost microseconds, and the optimizer step is left out.
+reach only part of a roof, every kernel costs a launch (:func:`count_step_operators` counts the operators a
+step issues, each at least one launch), and the optimizer step is left out.
 
 Leaves out: the encoder-decoder's cross-attention bytes, dropout masks, the optimizer's memory traffic,
 communication; measuring FLOPs (``torch.utils.flop_counter``; ``model.transformer_flops`` counts them).
@@ -118,12 +119,85 @@ def measure_time_split(config: TransformerConfig, batch_size: int, seq_len: int,
 
 
 def time_vocab_projection(rows: int, d_model: int, vocab_sizes: tuple[int, ...], device: torch.device | str,
-                          dtype: torch.dtype = torch.float32, *, repeats: int = 5) -> dict[int, bench.Timing]:
+                          dtype: torch.dtype = torch.float32, *, repeats: int = 20) -> dict[int, bench.Timing]:
     """Time the output projection (rows, C) x (C, V) for each vocabulary size: does padding V to a
-    multiple of 64 (e.g. 50257 -> 50304) make the larger product faster on this device?"""
-    out = {}
+    multiple of 64 (e.g. 50257 -> 50304) make the larger product faster on this device?
+
+    The sizes are **interleaved** (one repeat of each in turn, the order reversed every round), so a
+    machine that slows down or speeds up during the measurement affects every size alike; compare the
+    results with :func:`compare_minimums`."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    calls = {}
     for V in vocab_sizes:
         x = torch.randn(rows, d_model, device=device, dtype=dtype)
         w = torch.randn(V, d_model, device=device, dtype=dtype)
-        out[V] = bench.time_fn(lambda: x @ w.T, device=device, warmup=2, repeats=repeats)  # (rows, C) x (C, V)
-    return out
+        calls[V] = (lambda x=x, w=w: x @ w.T)  # (rows, C) x (C, V)
+        for _ in range(2):  # warm-up
+            calls[V]()
+    bench.synchronize(device)
+    times: dict[int, list[float]] = {V: [] for V in vocab_sizes}
+    order = list(vocab_sizes)
+    for _ in range(repeats):
+        for V in order:
+            times[V].append(bench.time_fn(calls[V], device=device, warmup=0, repeats=1).times[0])
+        order.reverse()
+    return {V: bench.Timing(tuple(t), warmup=2, number=1) for V, t in times.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeComparison:
+    """Two timings of alternatives compared by their minimums (the least-disturbed run of each)."""
+
+    speedup: float
+    """min time before / min time after: > 1 means the second alternative is faster."""
+    noise: float
+    """The run-to-run scatter: the larger of the two timings' (median - min) / min."""
+
+    @property
+    def distinguishable(self) -> bool:
+        """True when the gap between the minimums exceeds the noise."""
+        return abs(self.speedup - 1) > self.noise
+
+    def words(self, faster: str = "faster", slower: str = "slower") -> str:
+        """``faster`` or ``slower`` when the gap exceeds the noise, else 'indistinguishable here (noise ...)'."""
+        if not self.distinguishable:
+            return f"indistinguishable here (noise \u00b1{self.noise:.0%})"
+        return faster if self.speedup > 1 else slower
+
+
+def compare_minimums(before: bench.Timing, after: bench.Timing) -> TimeComparison:
+    """Compare two interleaved timings: speedup = before.min / after.min, noise from both scatters."""
+    for name, t in (("before", before), ("after", after)):
+        if not isinstance(t, bench.Timing):
+            raise TypeError(f"{name} must be a bench.Timing, got {type(t).__name__}")
+        if t.min <= 0:
+            raise ValueError(f"{name} has a non-positive time ({t.min!r})")
+    noise = max((t.median - t.min) / t.min for t in (before, after))
+    return TimeComparison(before.min / after.min, noise)
+
+
+def count_step_operators(config: TransformerConfig, batch_size: int, seq_len: int) -> int:
+    """The number of ATen operators one training step (forward, loss, backward) of a ``DecoderLM`` issues,
+    counted on the meta device (no memory, no arithmetic). In eager PyTorch each is at least one kernel
+    launch on a GPU: the step's time cannot fall below this count times one launch's cost."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    meta_config = dataclasses.replace(config, check_token_ids=False)
+    with torch.device("meta"):
+        model = DecoderLM(meta_config)
+        ids = torch.zeros(batch_size, seq_len + 1, dtype=torch.long)
+        with _Count() as counter:
+            logits = model(ids[:, :-1])  # (B, T, V)
+            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size).float(), ids[:, 1:].reshape(-1))
+            loss.backward()
+    return counter.n

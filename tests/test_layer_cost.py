@@ -5,13 +5,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import dataclasses
+
 import pytest
 import torch
 
 from gpuformer_lib import gpu_view
 from gpuformer_lib.diagrams import encoder_decoder_figure
-from gpuformer_lib.layer_cost import (elementwise_elements_per_token, measure_time_split, measure_training_step,
-                                      step_time_prediction, time_vocab_projection)
+from gpuformer_lib import bench
+from gpuformer_lib.layer_cost import (compare_minimums, count_step_operators, elementwise_elements_per_token,
+                                      measure_time_split, measure_training_step, step_time_prediction,
+                                      time_vocab_projection)
 from gpuformer_lib.model import TransformerConfig, gpt2_config, transformer_flops
 
 
@@ -51,3 +55,30 @@ def test_architecture_figure_names_the_parts():
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
     for part in ("cross-attention", "causal self-attention", "feed-forward", "LayerNorm", "memory", "tied"):
         assert part in texts
+
+
+def test_interleaved_timing_and_comparison_by_minimums():
+    times = time_vocab_projection(4, 8, (60, 64), "cpu", repeats=6)
+    assert all(len(t.times) == 6 for t in times.values())
+    same = compare_minimums(bench.Timing((1.0, 1.1, 1.3), 0, 1), bench.Timing((0.95, 1.2, 1.4), 0, 1))
+    assert same.speedup == pytest.approx(1 / 0.95) and same.noise == pytest.approx(0.25 / 0.95)
+    assert not same.distinguishable and same.words().startswith("indistinguishable here (noise \u00b126%")
+    clear = compare_minimums(bench.Timing((2.0, 2.02, 2.1), 0, 1), bench.Timing((1.0, 1.01, 1.05), 0, 1))
+    assert clear.distinguishable and clear.words() == "faster"
+    assert compare_minimums(bench.Timing((1.0, 1.01), 0, 1), bench.Timing((2.0, 2.01), 0, 1)).words() == "slower"
+    with pytest.raises(TypeError):
+        compare_minimums(1.0, 2.0)
+
+
+def test_operator_count_grows_with_depth():
+    c = TransformerConfig(vocab_size=16, d_model=16, n_heads=2, n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=16)
+    one = count_step_operators(c, 2, 8)
+    two = count_step_operators(dataclasses.replace(c, n_decoder_layers=2), 2, 8)
+    assert 20 < one < two
+
+
+def test_architecture_figure_is_labelled_as_pre_ln_with_residual_adds():
+    fig = encoder_decoder_figure()
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("+") == 5  # one add per sublayer: 2 in the encoder layer, 3 in the decoder layer
+    assert "pre-LN" in fig.axes[0].get_title()

@@ -284,6 +284,7 @@ def check_training_flops_prediction(predicted, measured: float) -> CheckResult:
                 "layer counts once as a product even though its weights are shared; count per token, not "
                 "per sequence (divide the step's count by B T).")
     return grade_prediction(predicted, measured, quantity="training FLOPs per token", unit="FLOP", within=1.1,
+                            measured_by="FlopCounterMode counted",
                             too_high=too_high, too_low=too_low,
                             why_close=("What is left: LayerNorm, softmax and GELU FLOPs, which FlopCounterMode "
                                        "does not count either (it counts matrix products)."))
@@ -310,6 +311,23 @@ def initial_loss_with_head(head: Callable[[Tensor, Tensor], Tensor], vocab_size:
     return F.cross_entropy(logits.reshape(-1, vocab_size).float(), y.reshape(-1)).item()
 
 
+def _input_token_probability(head: Callable[[Tensor, Tensor], Tensor], vocab_size: int = 16, d_model: int = 64,
+                             seed: int = 0) -> float:
+    """The mean probability an untrained tied model (as in :func:`initial_loss_with_head`) gives the input
+    token itself as the next token: about 1/V for a sound head, near 1 for an unscaled tied one."""
+    from gpuformer_lib import data
+    from gpuformer_lib.model import DecoderLM, TransformerConfig
+
+    torch.manual_seed(seed)
+    config = TransformerConfig(vocab_size=vocab_size, d_model=d_model, n_heads=4, n_decoder_layers=2,
+                               d_ff=4 * d_model, dropout=0.0, max_len=32, tie_embeddings=True)
+    model = DecoderLM(config).eval()
+    x, _ = data.repeating_patterns(0, vocab_size)
+    with torch.no_grad():
+        logits = head(model.blocks(model.pos(model.embed(x))), model.embed.weight)  # (B, T, V)
+    return logits.float().softmax(-1).gather(-1, x[..., None]).mean().item()
+
+
 @_safe_check
 def check_tied_head(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
     """``fn(h, embedding_weight)`` returns the logits of an output layer tied to a sqrt(C)-scaled embedding:
@@ -334,9 +352,12 @@ def check_tied_head(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
                              f"{math.log(V):.2f}. The sqrt(C) that made embeddings unit-size is taken back out.")
     if _same(got, plain):
         loss = initial_loss_with_head(fn)
-        return _report(False, f"That is the bug: unscaled, the model's first loss is {loss:.2f} against ln {V} = "
-                              f"{math.log(V):.2f}. The input token's vector e entered the stream as sqrt(C) e and "
-                              "is scored against itself: logit ~ sqrt(C) |e|^2 = sqrt(C). Scale h by C^-1/2.")
+        p_input = _input_token_probability(fn)
+        return _report(False, f"The untrained model's first loss is {loss:.2f} against ln {V} = {math.log(V):.2f} "
+                              f"for an even guess, and it gives the input token itself a mean probability of "
+                              f"{p_input:.2f} (an even guess: {1 / V:.2f}). Why would an untrained model be so sure "
+                              "that the next token repeats the current one? Follow the input token's own vector "
+                              "from the embedding to the logits.")
     if _same(got, plain * C ** 0.5):
         return _report(False, "Scaled the wrong way: multiplying by sqrt(C) makes the input token's logit even "
                               "larger (~C). Divide by sqrt(C).")
