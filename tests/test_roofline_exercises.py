@@ -149,3 +149,54 @@ def test_check_bound_judges_element_wise_kernels_against_the_vector_roof():
     result = check_bound(one_ridge, **slow_vector)
     assert not result and "CUDA cores" in result.message
     assert check_bound(one_ridge)  # on an H100's datasheet both ridges give the same answers
+
+
+# --------------------------------------------------------------------------- review fixes (second pass)
+
+
+def test_exercise_constants_are_gpu_views_datasheet_figures():
+    from gpuformer_lib.exercises import roofline as ex
+
+    assert ex.H100_TENSOR_BF16 == pytest.approx(gpu_view.compute_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True))
+    assert ex.H100_CUDA_CORE_FP32 == pytest.approx(gpu_view.compute_ceiling("H100 SXM", torch.float32,
+                                                                            tensor_cores=False))
+    assert ex.H100_BANDWIDTH == pytest.approx(gpu_view.bandwidth("H100 SXM"))
+
+
+def test_gelu_message_follows_the_direction_of_the_miss():
+    faster_than_predicted = check_gelu_time_prediction(2.0, 1.0)  # predicted slower: a cache or a disturbed copy
+    assert faster_than_predicted and "cache" in faster_than_predicted.message
+    assert "memory-bound" not in faster_than_predicted.message
+    slower_than_predicted = check_gelu_time_prediction(0.5, 1.0)
+    assert slower_than_predicted and "erf" in slower_than_predicted.message
+    close = check_gelu_time_prediction(1.0, 1.0)
+    assert close and "main-memory rate" in close.message
+
+
+def test_ridge_rows_exercise():
+    from gpuformer_lib.exercises.roofline import check_ridge_rows, rows_at_ridge
+
+    ridges = {gpu: gpu_view.compute_ceiling(gpu, dt, tensor_cores=True) / gpu_view.bandwidth(gpu)
+              for gpu, dt in (("T4", torch.float16), ("H100 SXM", torch.bfloat16))}
+    rows = {gpu: rows_at_ridge(r) for gpu, r in ridges.items()}
+    # at the root, the intensity equals the ridge
+    for gpu, m in rows.items():
+        assert 2 * m * 4096 * 4096 / (2 * (m * 4096 + 4096 * 4096 + m * 4096)) == pytest.approx(ridges[gpu])
+    # a 256-row product lies between the two roots: compute-bound on a T4, memory-bound on an H100
+    assert rows["T4"] < 256 < rows["H100 SXM"]
+    assert check_ridge_rows({gpu: round(m) for gpu, m in rows.items()})
+    assert "ridge itself" in check_ridge_rows({"T4": ridges["T4"], "H100 SXM": rows["H100 SXM"]}).message
+    assert "square" in check_ridge_rows({"T4": 3 * ridges["T4"], "H100 SXM": rows["H100 SXM"]}).message
+    assert not check_ridge_rows({"T4": 1000, "H100 SXM": rows["H100 SXM"]})
+    assert not check_ridge_rows({"T4": None, "H100 SXM": 1})
+    assert not check_ridge_rows([225, 345])
+
+
+def test_add_prediction_message_follows_the_direction():
+    from gpuformer_lib.exercises.roofline import check_add_time_prediction
+
+    assert "cache" in check_add_time_prediction(2.0, 1.0).message
+    assert "three tensors" in check_add_time_prediction(0.5, 1.0).message
+    assert "main-memory rate" in check_add_time_prediction(1.0, 1.0).message
+    assert not check_add_time_prediction(10.0, 1.0) and not check_add_time_prediction(0.1, 1.0)
+    assert not check_add_time_prediction(None, 1.0)
