@@ -185,7 +185,7 @@ if triton is not None:
             b_mask = (k0 + rk[:, None] < K) & (rn[None, :] < N)
             a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk[None, :]) * stride_ak, mask=a_mask, other=0.0)
             b = tl.load(b_ptr + (k0 + rk[:, None]) * stride_bk + rn[None, :] * stride_bn, mask=b_mask, other=0.0)
-            acc += tl.dot(a, b)  # (BLOCK_M, BLOCK_K) x (BLOCK_K, BLOCK_N) on tensor cores
+            acc += tl.dot(a, b)  # (BLOCK_M, BLOCK_K) x (BLOCK_K, BLOCK_N): tensor cores on sm_80+, FMA below
         c_mask = (rm[:, None] < M) & (rn[None, :] < N)
         tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
@@ -243,9 +243,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 6
     """(M, K) @ (K, N) with a tiled kernel; accumulates in float32, returns a's dtype.
 
     Block sizes must be powers of two and at least 16 (what ``tl.dot`` needs). ``num_warps`` and
-    ``num_stages`` (software pipelining of the loads) matter only when compiled for a GPU. On a GPU, float32
-    inputs multiply in TF32 on tensor cores (Triton's default), as with
-    ``torch.set_float32_matmul_precision("high")``.
+    ``num_stages`` (software pipelining of the loads) matter only when compiled for a GPU. On an sm_80 or
+    newer GPU, float32 inputs multiply in TF32 on tensor cores (Triton's default), as with
+    ``torch.set_float32_matmul_precision("high")``; below sm_80 (a T4), Triton >= 3.2 runs ``tl.dot`` on
+    the FMA units (:func:`triton_dot_uses_tensor_cores`).
     """
     _check_tensors(a, b)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
@@ -326,3 +327,32 @@ def cuda_add(x: torch.Tensor, y: torch.Tensor, blocks: int = 256, threads: int =
     if x.device != y.device or x.device.type != "cuda":
         raise ValueError(f"x and y must be on one CUDA GPU, got {x.device} and {y.device}: move them with .cuda()")
     return _compiled_cuda_add().add(x, y, blocks, threads)
+
+
+# --------------------------------------------------------------------------- predicting the Triton product
+
+TRITON_TENSOR_CORE_MIN_CC = (8, 0)
+"""Triton >= 3.2 compiles ``tl.dot`` to tensor-core instructions only from this compute capability on; below
+it (Turing, sm_75: the T4) it falls back to FMA on the CUDA cores (triton-lang/triton PR #5066,
+"Deprecate MMAv1; fallback to FMA for computeCapability < 80")."""
+
+
+def triton_dot_uses_tensor_cores(gpu: str) -> bool:
+    """Whether Triton's ``tl.dot`` runs on tensor cores on ``gpu`` (a name of ``occupancy.GPUS``, e.g. ``'T4'``)."""
+    from gpuformer_lib import occupancy
+
+    arch = occupancy.limits(gpu).arch  # 'sm_75', 'sm_90'
+    cc = int(arch[3:])
+    return (cc // 10, cc % 10) >= TRITON_TENSOR_CORE_MIN_CC
+
+
+def triton_matmul_prediction(m: int, n: int, k: int, dtype: torch.dtype, gpu: str):
+    """Roofline prediction for :func:`matmul` (this chapter's Triton kernel) on ``gpu``: the tensor-core peak
+    where ``tl.dot`` uses tensor cores, the CUDA cores' float32 rate where it falls back to FMA (a T4).
+    Returns a :class:`gpuformer_lib.gpu_view.MatmulPrediction` and whether tensor cores were assumed."""
+    from gpuformer_lib import gpu_view
+
+    tensor_cores = triton_dot_uses_tensor_cores(gpu)
+    p = gpu_view.matmul_prediction(m, n, k, dtype, gpu)
+    ceiling = gpu_view.compute_ceiling(gpu, dtype, tensor_cores=tensor_cores)
+    return dataclasses.replace(p, compute_seconds=p.flops / ceiling), tensor_cores

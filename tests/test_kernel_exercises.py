@@ -89,3 +89,63 @@ def test_cuda_launcher_habits():
 def test_interpreter_slowdown_is_not_typed_in_the_docstring():
     # the notebook measures it; a typed factor was wrong by 3-10x (review of chapter 2)
     assert not re.search(r"(thousand|\d+ ?x) (times )?slower", kernels.__doc__ + kernels._choose_triton_mode.__code__.co_consts.__repr__())
+
+
+def test_strided_copy_prediction_measures_again(capsys):
+    """A measuring function is passed through to grade_prediction: a slow first timing is re-measured."""
+    timings = iter([12.0, 3.0, 3.0])  # the first measurement is 4x too slow (a busy machine)
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return next(timings)
+
+    assert ex.check_strided_copy_prediction(2.75, measure, stride=8)
+    assert len(calls) == 2 and "closest of 2 measurements" in capsys.readouterr().out
+    assert not ex.check_strided_copy_prediction(100.0, lambda: 3.0, stride=8)  # a real miss stays a miss
+    assert "Too high" in capsys.readouterr().out
+    assert ex.check_strided_copy_prediction(2.75, 3.0, stride=8, measured_by="a test measured")  # still a number
+    assert "a test measured 3" in capsys.readouterr().out
+
+
+def test_occupancy_limiter(capsys):
+    cfg = dict(threads_per_block=256, regs_per_thread=64, smem_per_block=24 * 1024)
+    t4, h100 = (occupancy.occupancy(g, 256, 64, 24 * 1024) for g in ("T4", "H100 SXM"))
+    assert (t4.limiter, h100.limiter) == ("shared memory", "registers")  # by hand: 64/24 -> 2 blocks; 65,536/2,048/8 -> 4
+    right = {"T4": ("shared memory", {"smem_per_block": 16 * 1024}), "H100 SXM": ("registers", {"regs_per_thread": 32})}
+    assert ex.check_occupancy_limiter(right, **cfg)
+    assert not ex.check_occupancy_limiter({**right, "T4": ("registers", {"smem_per_block": 16 * 1024})}, **cfg)
+    assert "not 'registers'" in capsys.readouterr().out
+    # halving shared memory on the H100 does nothing: registers still limit it
+    assert not ex.check_occupancy_limiter({**right, "H100 SXM": ("registers", {"smem_per_block": 12 * 1024})}, **cfg)
+    assert "not twice" in capsys.readouterr().out
+    # too small a cut: 20 KB still allows only 3 blocks on a T4
+    assert not ex.check_occupancy_limiter({**right, "T4": ("shared memory", {"smem_per_block": 20 * 1024})}, **cfg)
+    assert not ex.check_occupancy_limiter({**right, "T4": ("shared memory", {"smem_per_block": 100 * 1024})}, **cfg)
+    assert "does not launch" in capsys.readouterr().out
+    assert not ex.check_occupancy_limiter({**right, "T4": ("shared memory", {"smem": 1})}, **cfg)
+    assert not ex.check_occupancy_limiter({"T4": right["T4"]}, **cfg)
+
+
+def test_triton_matmul_prediction_uses_the_units_tl_dot_runs_on():
+    """Triton >= 3.2 runs tl.dot on FMA units below sm_80: the T4's prediction sits at the CUDA-core roof."""
+    from gpuformer_lib import gpu_view
+    from gpuformer_lib.profiles import PROFILES
+
+    assert not kernels.triton_dot_uses_tensor_cores("T4") and kernels.triton_dot_uses_tensor_cores("H100 SXM")
+    # the same rule as the device profiles' flag
+    assert kernels.triton_dot_uses_tensor_cores("T4") == PROFILES["t4"].triton_tensor_cores
+    assert kernels.triton_dot_uses_tensor_cores("H100 SXM") == PROFILES["h100-80gb"].triton_tensor_cores
+    t4, t4_tc = kernels.triton_matmul_prediction(4096, 4096, 4096, torch.float16, "T4")
+    h100, h100_tc = kernels.triton_matmul_prediction(4096, 4096, 4096, torch.float16, "H100 SXM")
+    assert (t4_tc, h100_tc) == (False, True)
+    cuda_cores = compute_ceiling("T4", torch.float16, tensor_cores=False)
+    assert abs(t4.flops_per_second - cuda_cores) / cuda_cores < 1e-9  # 8.1 TFLOP/s, not the 65 of the tensor cores
+    assert t4.flops_per_second < compute_ceiling("T4", torch.float16, tensor_cores=True) / 4
+    assert h100.seconds == gpu_view.matmul_prediction(4096, 4096, 4096, torch.float16, "H100 SXM").seconds
+
+
+def test_strided_copy_tolerance():
+    assert ex.STRIDED_COPY_WITHIN == 2.5  # the notebook's exercise 2.4 states this factor
+    assert ex.check_strided_copy_prediction(2.75, 2.75 * 2.4, stride=8)  # a CPU's ~5x against the sector count
+    assert not ex.check_strided_copy_prediction(1.0, 2.75, stride=8)  # ignoring the sectors misses on a GPU
