@@ -108,7 +108,8 @@ KERNELS = (
       note="The same count as chapter 2's: the unfused version reads 5MN and writes 3MN elements, the fused one "
            "reads and writes MN each."),
     F(key="triton-fused-softmax-vs-torch-jit", value=4, unit="x",
-      quantity="measured speed of the fused Triton softmax over the unfused (Torch JIT) one, 4096 rows, float32",
+      quantity="speed of the fused Triton softmax over the unfused Torch JIT one, as a comment under a plot, 4096 rows, "
+               "float32",
       hardware="the tutorial's NVIDIA GPU (not named in the source)",
       software="Triton tutorial 02, main branch (triton.testing.do_bench)",
       url="https://github.com/triton-lang/triton/blob/main/python/tutorials/02-fused-softmax.py",
@@ -116,8 +117,10 @@ KERNELS = (
       quote="Triton is 4x faster than the Torch JIT. This confirms our suspicions that the Torch JIT does not do any "
             "fusion here.",
       chapters=(2,),
-      note="The measurement matches the bytes model (4x less traffic): a memory-bound kernel's time follows its "
-           "bytes. The source does not name the GPU."),
+      note="A prose comment under the tutorial's benchmark plot, not a table entry: an approximate reading of the "
+           "plot, on a GPU the source does not name, against naive_softmax compiled with torch.jit.script (\"Torch "
+           "JIT\"). Later versions of the tutorial dropped torch.jit.script from naive_softmax, so the comment may be "
+           "stale. It agrees with the bytes model (4x less traffic)."),
     F(key="sm75-max-warps-per-sm", value=32, unit="warps",
       quantity="maximum resident (concurrent) warps per SM",
       hardware="NVIDIA Turing, compute capability 7.5 (the T4)", software="CUDA documentation (version not stated on the page)",
