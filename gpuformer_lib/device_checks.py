@@ -5,7 +5,9 @@ Covers:
 - :func:`host_sync_cost`: what reading one value back to the host costs (``.item()``, ``.cpu()``,
   ``print(tensor)``), against queueing the same tiny operation without waiting. On a GPU every such read
   makes the Python thread wait until the GPU has finished all the work queued before it (a *host sync*);
-  on a CPU every operation is already synchronous, so the two costs are the same order of magnitude.
+  on a CPU every operation has finished when it returns, so a read adds only its own call.
+  :func:`sync_cost_words` words the measured ratio; :func:`read_interval_run` times a loop that reads
+  every k-th step beside both (chapter 0's exercise).
 - :func:`nvidia_smi_report`: the driver's own table (``nvidia-smi``), or why there is none.
 - :func:`visible_gpu_count`: ``torch.cuda.device_count()`` in a fresh Python process with a given
   ``CUDA_VISIBLE_DEVICES``: the variable is read once, when CUDA initialises, so it must be set before
@@ -47,11 +49,13 @@ def _positive_int(name: str, value) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class HostSyncCost:
-    """Seconds per tiny operation, read back at once with ``.item()`` or queued and read once at the end."""
+    """Seconds per tiny operation (``x.add_(1)`` on a one-element tensor), read back after each one with
+    ``.item()`` or queued and read once at the end: the same operation in both loops, so the difference is
+    the reads."""
 
     device: str
     read_each: float
-    """Median seconds of one ``(x + 1).item()``: launch, wait for the device, copy 4 bytes back."""
+    """Seconds per step of ``x.add_(1); x.item()``: launch the add, wait for the device, copy 4 bytes back."""
     queued: float
     """Seconds per ``x.add_(1)`` when ``n`` of them are queued and one value is read at the end."""
     n: int
@@ -61,9 +65,14 @@ class HostSyncCost:
         """What one read adds beyond queueing the operation: the host sync's own cost (>= 0)."""
         return max(self.read_each - self.queued, 0.0)
 
+    @property
+    def ratio(self) -> float:
+        """``read_each / queued``: how many times a step that reads costs a step that only queues."""
+        return self.read_each / self.queued
+
     def __str__(self) -> str:
-        return (f"{self.device}: .item() after each op {self.read_each * 1e6:.1f} us, queued and read once "
-                f"{self.queued * 1e6:.1f} us per op (n = {self.n})")
+        return (f"{self.device}: add + .item() each step {self.read_each * 1e6:.1f} us, add queued and read once "
+                f"{self.queued * 1e6:.1f} us per step (best of the runs of n = {self.n})")
 
 
 def _sync(device: torch.device) -> None:
@@ -71,32 +80,83 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def host_sync_cost(device: str | torch.device | None = None, n: int = 200, repeats: int = 5) -> HostSyncCost:
+def _per_step(x: torch.Tensor, n: int, read_every: int) -> float:
+    """Seconds per step of ``n`` steps of ``x.add_(1)``, with ``x.item()`` after every ``read_every``-th step,
+    and at the end when the last step did not read (so the last queued work is waited for too)."""
+    _sync(x.device)
+    start = time.perf_counter()
+    for step in range(1, n + 1):
+        x.add_(1)
+        if step % read_every == 0:
+            x.item()
+    if n % read_every:
+        x.item()
+    return (time.perf_counter() - start) / n
+
+
+def host_sync_cost(device: str | torch.device | None = None, n: int = 200, repeats: int = 10) -> HostSyncCost:
     """Measure :class:`HostSyncCost` on ``device`` (default: :func:`~gpuformer_lib.device.pick_device`).
 
-    ``read_each`` is the median over ``n`` calls of ``(x + 1).item()`` on a one-element tensor; ``queued``
-    the best of ``repeats`` runs of ``n`` in-place adds followed by one ``.item()``, divided by ``n``.
+    Both loops run ``n`` in-place adds ``x.add_(1)`` on a one-element tensor; one reads ``x.item()`` after
+    every add, the other once at the end. Each is the best of ``repeats`` runs (the two loops' runs
+    interleaved), per step.
     """
     n, repeats = _positive_int("n", n), _positive_int("repeats", repeats)
     device = pick_device(device)
     x = torch.zeros((), device=device)
     for _ in range(10):  # warm-up: the first calls pay one-off costs (allocator, kernel loading)
-        (x + 1).item()
-    _sync(device)
-    each = []
-    for _ in range(n):
-        start = time.perf_counter()
-        (x + 1).item()
-        each.append(time.perf_counter() - start)
-    runs = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        for _ in range(n):
-            x.add_(1)
+        x.add_(1)
         x.item()
-        runs.append((time.perf_counter() - start) / n)
-    return HostSyncCost(str(device), statistics.median(each), min(runs), n)
+    read_runs, queued_runs = [], []
+    for _ in range(repeats):  # interleaved, so a change in the machine's load meets both loops alike
+        read_runs.append(_per_step(x, n, 1))
+        queued_runs.append(_per_step(x, n, n + 1))
+    return HostSyncCost(str(device), min(read_runs), min(queued_runs), n)
+
+
+def read_interval_run(device: str | torch.device | None = None, n: int = 2000, read_every: int = 50,
+                      chunk: int = 200, repeats: int = 10) -> tuple[HostSyncCost, float]:
+    """The per-step costs of :func:`host_sync_cost` and the seconds of ``n`` steps of ``x.add_(1)`` that read
+    ``x.item()`` every ``read_every`` steps (a training loop that logs its loss every ``read_every`` steps),
+    measured together: runs of ``chunk`` steps (a multiple of ``read_every``) of the three loops interleaved,
+    the best of ``repeats`` of each, so a shared machine's drifting speed meets all three alike. The loop's
+    time is its best run per step times ``n``."""
+    n, read_every, chunk, repeats = (_positive_int("n", n), _positive_int("read_every", read_every),
+                                     _positive_int("chunk", chunk), _positive_int("repeats", repeats))
+    if chunk % read_every:
+        raise ValueError(f"chunk ({chunk}) must be a multiple of read_every ({read_every})")
+    device = pick_device(device)
+    x = torch.zeros((), device=device)
+    for _ in range(10):
+        x.add_(1)
+        x.item()
+    runs = {1: [], chunk + 1: [], read_every: []}
+    for _ in range(repeats):
+        for every, times in runs.items():
+            times.append(_per_step(x, chunk, every))
+    cost = HostSyncCost(str(device), min(runs[1]), min(runs[chunk + 1]), chunk)
+    return cost, n * min(runs[read_every])
+
+
+SYNC_BANDS = ((1.2, "costs about as much as queueing it"), (3.0, "costs somewhat more than queueing it"),
+              (float("inf"), "costs several times as much as queueing it"))
+"""How a read after each operation compares with queueing it, by ``read_each / queued``: up to 1.2, up to 3,
+above 3."""
+
+
+def sync_cost_words(ratio: float, device_type: str) -> str:
+    """The words for a measured ``read_each / queued`` ratio, chosen from its band (:data:`SYNC_BANDS`); on a
+    CPU (``device_type == 'cpu'``) with the reason a read costs little there. Never says a GPU is
+    synchronous."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < float("inf"):
+        raise ValueError(f"ratio must be a finite number > 0, got {ratio!r}")
+    if not isinstance(device_type, str):
+        raise TypeError(f"device_type must be a string such as 'cpu' or 'cuda', got {device_type!r}")
+    words = next(text for limit, text in SYNC_BANDS if ratio <= limit)
+    if device_type == "cpu":
+        words += (": on a CPU every operation has finished when it returns, so a read waits for nothing and "
+                  "adds only the cost of the .item() call")
+    return words
 
 
 # --------------------------------------------------------------------------- CUDA_VISIBLE_DEVICES
@@ -144,17 +204,37 @@ def nvidia_smi_report(timeout: float = 20.0) -> str:
 # --------------------------------------------------------------------------- tensors on two devices
 
 
-CUDA_MISMATCH_MESSAGE = ("Expected all tensors to be on the same device, but found at least two devices, "
-                         "cuda:0 and cpu!")
-"""The form of PyTorch's message (``TORCH_CHECK`` in ATen) when one operation gets a ``cuda:0`` and a
-``cpu`` tensor; which devices it names depends on the operation's argument order."""
+CUDA_MISMATCH_FORM = ("Expected all tensors to be on the same device, but got {argument} is on {device}, "
+                      "different from other tensors on {common_device} (when checking argument in method "
+                      "{method})")
+"""The form of the message a CUDA operator's generated device check raises in this PyTorch (2.13:
+``common_device_check_failure`` in ``aten/src/ATen/core/adaption.cpp``), when one argument is on another
+device than the ones before it. Older versions said ``found at least two devices, cuda:0 and cpu!``, and
+element-wise operators (``TensorIterator``) still do: the exact wording varies with the operation and the
+version. :func:`mismatch_form_fragments_in_torch` checks the installed PyTorch still carries it."""
+
+
+def mismatch_form_fragments_in_torch() -> bool | None:
+    """Whether the fixed fragments of :data:`CUDA_MISMATCH_FORM` are in the installed ``libtorch_cpu`` (None
+    when that library cannot be found, e.g. a build that names it differently). Reads a file of some
+    hundred MB: for a test, not a notebook."""
+    import re
+    from pathlib import Path
+
+    lib = Path(torch.__file__).parent / "lib"
+    candidates = sorted(lib.glob("libtorch_cpu.*")) + sorted(lib.glob("torch_cpu.*"))
+    if not candidates:
+        return None
+    data = candidates[0].read_bytes()
+    fragments = [f for f in re.split(r"\{[a-z_]+\}", CUDA_MISMATCH_FORM) if f]
+    return all(f.encode() in data for f in fragments)
 
 
 def device_mismatch_error(device: str | torch.device | None = None) -> str:
     """Run a ``Linear`` layer whose weights are on one device with an input on another and return the error
     PyTorch raises, as ``'RuntimeError: ...'``. With a GPU the layer goes to the GPU and the input stays on
     the CPU; without one the layer goes to the ``meta`` device (tensors with shapes and no data), which
-    trips the same device check with a message worded differently."""
+    trips a device check too: another check, worded differently (see :data:`CUDA_MISMATCH_FORM`)."""
     device = pick_device(device)
     where = device if device.type == "cuda" else torch.device("meta")
     layer = torch.nn.Linear(4, 2).to(where)
@@ -219,3 +299,40 @@ def largest_trainable_params(memory_bytes: float) -> int:
     if isinstance(memory_bytes, bool) or not isinstance(memory_bytes, (int, float)) or not memory_bytes > 0:
         raise ValueError(f"memory_bytes must be a number > 0, got {memory_bytes!r}")
     return int(memory_bytes // ADAMW_FP32_BYTES_PER_PARAM)
+
+
+TRAINING_STATE_OPTIONS: tuple[tuple[str, float], ...] = (
+    ("AdamW in float32 (weight 4, gradient 4, two moments 8)", 16),
+    ("mixed precision: 16-bit weights and gradients, float32 master weights and moments (2+2+4+8)", 16),
+    ("16-bit weights and gradients, float32 moments, no float32 master copy (2+2+8)", 12),
+    ("float32 weights and gradients, 8-bit AdamW moments (4+4+2)", 10),
+    ("AdamW in float32 sharded over two T4s, weights, gradients and moments split (ZeRO stage 3: 16/2)", 8),
+)
+"""Bytes per parameter of the training state (no activations) under the usual ways to shrink it: mixed
+precision as Micikevicius et al. (2018) and ZeRO (Rajbhandari et al., 2020) count it keeps a float32 master
+copy, so it saves nothing here; 8-bit optimizers (Dettmers et al., 2022) shrink the moments; ZeRO-3 divides
+the whole state between GPUs."""
+
+HEADROOM_GIB = 2.0
+"""What a training run needs beyond its weights, gradients and optimizer state, as a round allowance: the
+CUDA context (a few hundred MiB), the caching allocator's reserve and a small batch's activations."""
+
+
+def state_fit(n_params: int, bytes_per_param: float, memory_gib: float,
+              headroom_gib: float = HEADROOM_GIB) -> tuple[bool, str]:
+    """Whether a training state of ``n_params`` x ``bytes_per_param`` fits in ``memory_gib`` GiB with
+    ``headroom_gib`` left for the CUDA context and activations, and the words for it: ``'fits, N GiB left
+    ...'``, ``'N GiB short'`` (of the memory itself) or, when it fits only without the headroom, that it is no
+    real fit."""
+    n_params = _positive_int("n_params", n_params)
+    for name, value in (("bytes_per_param", bytes_per_param), ("memory_gib", memory_gib)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    need = n_params * bytes_per_param / 2**30
+    left = memory_gib - need
+    if left >= headroom_gib:
+        return True, f"needs {need:.1f} GiB: fits, {left:.1f} GiB left for the CUDA context and activations"
+    if left >= 0:
+        return False, (f"needs {need:.1f} GiB: fits on paper, but leaves {left:.2f} GiB, under the "
+                       f"{headroom_gib:g} GiB the CUDA context and activations need: not a real fit")
+    return False, f"needs {need:.1f} GiB: {-left:.1f} GiB short"

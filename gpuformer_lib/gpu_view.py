@@ -166,7 +166,8 @@ def device_label() -> str:
     summary = hardware_summary()
     if summary.gpu_name is not None:
         return summary.gpu_name
-    return f"this page's CPU ({summary.cpu_model}, {summary.torch_threads} threads)"
+    n = summary.torch_threads
+    return f"this page's CPU ({summary.cpu_model}, torch uses {n} thread{'' if n == 1 else 's'})"
 
 
 def measured(quantity: str, value: float, unit: str, *, how: str, device: str | None = None) -> ViewRow:
@@ -215,7 +216,7 @@ class GpuView:
 
     def __str__(self) -> str:
         header = ("quantity", "kind", "device", "value", "basis")
-        table = [header] + [(r.quantity, r.kind, r.device, f"{format_value(_round(r.value))} {r.unit}", r.basis)
+        table = [header] + [(r.quantity, r.kind, r.device, f"{_shown(r.value, r.unit)} {r.unit}", r.basis)
                             for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(4)]
         lines = [self.title]
@@ -234,13 +235,24 @@ class GpuView:
                 basis = f'<a href="{esc(r.url)}">{basis}</a>'
             body.append(
                 f'<tr class="gpuview-{r.kind}"><td>{esc(r.quantity)}</td><td><b>{_KIND_MARK[r.kind]}</b></td>'
-                f"<td>{esc(r.device)}</td><td style='text-align:right'>{esc(format_value(_round(r.value)))} "
+                f"<td>{esc(r.device)}</td><td style='text-align:right'>{esc(_shown(r.value, r.unit))} "
                 f"{esc(r.unit)}</td><td>{basis}</td></tr>")
         return (f"<table class='gpuview'><caption style='caption-side:top;text-align:left'><b>{esc(self.title)}"
                 "</b> &mdash; <b>measured</b>: on the device that ran this page; <b>predicted</b>: the course's "
                 "models from datasheet figures; <b>published</b>: a cited source (appendix)</caption>"
                 "<tr><th>quantity</th><th>kind</th><th>device</th><th>value</th><th>basis</th></tr>"
                 + "".join(body) + "</table>")
+
+
+ONE_DECIMAL_UNITS = ("(major.minor)",)
+"""Units whose values always show one decimal: a compute capability 9.0 is '9.0', never '9'."""
+
+
+def _shown(value: float, unit: str) -> str:
+    """The value as a view shows it: one decimal for :data:`ONE_DECIMAL_UNITS`, else three significant figures."""
+    if unit.strip() in ONE_DECIMAL_UNITS:
+        return f"{value:.1f}"
+    return format_value(_round(value))
 
 
 def _round(value: float) -> float:

@@ -33,7 +33,14 @@ def test_device_mismatch_error_is_pytorchs_device_check():
     message = dc.device_mismatch_error("cpu")
     assert message.startswith("RuntimeError: ")
     assert "device" in message and "meta" in message and "cpu" in message
-    assert "cuda:0 and cpu" in dc.CUDA_MISMATCH_MESSAGE
+
+
+def test_the_quoted_cuda_mismatch_form_is_in_the_installed_pytorch():
+    """The page glues CUDA_MISMATCH_FORM as this PyTorch's wording: a new PyTorch that words it otherwise fails here."""
+    found = dc.mismatch_form_fragments_in_torch()
+    if found is None:
+        pytest.skip("libtorch_cpu not found under torch/lib")
+    assert found, f"the installed torch {torch.__version__} no longer carries {dc.CUDA_MISMATCH_FORM!r}"
 
 
 @pytest.mark.parametrize("name, cc, memory", [("t4", "7.5", "14.7 GiB"), ("h100-80gb", "9.0", "79.1 GiB")])
@@ -132,3 +139,141 @@ def test_profile_line_does_not_call_a_cpu_without_native_bf16_emulated():
 
     line = dataclasses.replace(PROFILES["cpu"], bf16=False).describe()
     assert line == "cpu: bf16 not native"
+
+
+# --------------------------------------------------------------------------- second edition: the review's findings
+
+
+@pytest.mark.parametrize("ratio, band", [(0.9, "about as much"), (1.2, "about as much"), (1.4, "somewhat more"),
+                                         (3.0, "somewhat more"), (3.1, "several times"), (40.0, "several times")])
+def test_sync_cost_words_follow_the_ratio_band(ratio, band):
+    for device_type in ("cpu", "cuda", "mps"):
+        words = dc.sync_cost_words(ratio, device_type)
+        assert band in words
+        # the CPU's reason is given on a CPU only: a GPU is never called synchronous
+        assert ("on a CPU every operation has finished" in words) == (device_type == "cpu")
+        assert "synchronous" not in words
+    with pytest.raises(ValueError):
+        dc.sync_cost_words(0.0, "cpu")
+
+
+class _CountingTensor:
+    """Stands in for a one-element tensor: counts adds and reads."""
+
+    device = torch.device("cpu")
+
+    def __init__(self):
+        self.adds = self.reads = 0
+
+    def add_(self, value):
+        self.adds += 1
+
+    def item(self):
+        self.reads += 1
+        return 0.0
+
+
+def test_both_sync_loops_run_the_same_operation():
+    x = _CountingTensor()
+    dc._per_step(x, 10, 1)
+    assert (x.adds, x.reads) == (10, 10)  # a read after every add
+    x = _CountingTensor()
+    dc._per_step(x, 10, 11)
+    assert (x.adds, x.reads) == (10, 1)  # queued: one read at the end
+    x = _CountingTensor()
+    dc._per_step(x, 100, 50)
+    assert (x.adds, x.reads) == (100, 2)
+
+
+def test_host_sync_cost_times_both_loops_with_one_helper(monkeypatch):
+    calls = []
+    monkeypatch.setattr(dc, "_per_step", lambda x, n, read_every: calls.append(read_every) or 1e-6 * read_every)
+    cost = dc.host_sync_cost("cpu", n=20, repeats=2)
+    assert sorted(set(calls)) == [1, 21]  # the same add, read after each step or once
+    assert cost.read_each == 1e-6 and cost.queued == 21e-6 and cost.ratio == pytest.approx(1 / 21)
+
+
+def test_read_interval_run_measures_the_three_loops_together(monkeypatch):
+    cost, seconds = dc.read_interval_run("cpu", n=100, read_every=10, chunk=50, repeats=1)
+    assert seconds > 0 and cost.read_each > 0 and cost.queued > 0 and cost.n == 50
+    calls = []
+    monkeypatch.setattr(dc, "_per_step", lambda x, n, every: calls.append(every) or 1e-6)
+    dc.read_interval_run("cpu", n=1000, read_every=50, chunk=200, repeats=3)
+    assert calls == [1, 201, 50] * 3  # interleaved: one run of each loop per round
+    with pytest.raises(ValueError):
+        dc.read_interval_run("cpu", read_every=0)
+    with pytest.raises(ValueError):
+        dc.read_interval_run("cpu", read_every=30, chunk=200)
+
+
+def test_state_fit_needs_room_for_the_context_and_activations():
+    n = 1_300_000_000
+    fits, words = dc.state_fit(n, 16, 14.7)
+    assert not fits and words.endswith("4.7 GiB short")
+    fits, words = dc.state_fit(n, 12, 14.7)  # 14.53 GiB: fits on paper only
+    assert not fits and "not a real fit" in words
+    fits, words = dc.state_fit(n, 10, 14.7)
+    assert fits and "2.6 GiB left" in words
+    assert dc.state_fit(n, 16, 79.1)[0]
+    options = dict(dc.TRAINING_STATE_OPTIONS)
+    mixed = next(b for name, b in options.items() if name.startswith("mixed precision"))
+    assert mixed == 16  # "mixed precision barely shrinks this": it keeps a float32 master copy
+    with pytest.raises(ValueError):
+        dc.state_fit(n, 0, 14.7)
+
+
+def test_gpu_view_shows_a_compute_capability_with_its_minor_version():
+    from gpuformer_lib.gpu_view import gpu_view, published
+
+    text = str(gpu_view("t", [published("h100-compute-capability"), published("t4-devicequery-compute-capability")]))
+    assert "9.0 (major.minor)" in text and "7.5 (major.minor)" in text
+    html = gpu_view("t", [published("h100-compute-capability")])._repr_html_()
+    assert "9.0 (major.minor)" in html
+
+
+@pytest.mark.parametrize("threads, words", [(1, "torch uses 1 thread)"), (2, "torch uses 2 threads)")])
+def test_device_label_names_torchs_thread_count_in_good_grammar(monkeypatch, threads, words):
+    import dataclasses
+
+    from gpuformer_lib import device, gpu_view
+    from gpuformer_lib.profiles import PROFILES
+
+    monkeypatch.delenv("GPUFORMER_REHEARSE", raising=False)
+    monkeypatch.setattr("gpuformer_lib.profiles.current_profile", lambda *a, **k: PROFILES["cpu"])
+    real = device.hardware_summary("cpu")
+    monkeypatch.setattr(device, "hardware_summary",
+                        lambda *a, **k: dataclasses.replace(real, gpu_name=None, torch_threads=threads))
+    label = gpu_view.device_label()
+    assert label.endswith(words) and "1 threads" not in label
+
+
+def test_precision_choice_check_grades_against_the_course_and_explains():
+    from gpuformer_lib.exercises.hardware import check_precision_choice, precision_devices
+    from gpuformer_lib.profiles import training_precision
+
+    devices = precision_devices()
+    right = {d: training_precision(p) for d, p in devices.items()}
+    assert sorted(set(right.values())) == ["bf16", "fp16", "fp32"]  # every answer occurs
+    assert check_precision_choice(right)
+    t4 = next(d for d in devices if "7.5" in d)
+    assert "emulation" in str(check_precision_choice({**right, t4: "bf16"}))
+    new = next(d for d in devices if "12.0" in d)
+    assert "cc >= (8, 0)" in str(check_precision_choice({**right, new: "fp16"}))
+    cpu = next(d for d in devices if "CPU" in d)
+    assert "fp32" in str(check_precision_choice({**right, cpu: "bf16"}))
+    assert not check_precision_choice({**right, cpu: "float32"})
+    assert not check_precision_choice({d: None for d in devices})
+    assert not check_precision_choice("bf16")
+
+
+def test_read_interval_prediction_check_needs_the_model():
+    from gpuformer_lib.exercises.hardware import check_read_interval_prediction
+
+    n, k, queued, read_each = 2000, 50, 5e-6, 20e-6  # GPU-like: a read waits for the queue
+    measured = n * queued + n // k * (read_each - queued)
+    kw = dict(n=n, read_every=k, queued=queued, read_each=read_each)
+    assert check_read_interval_prediction(measured, measured * 1.2, **kw)
+    every_step = check_read_interval_prediction(n * read_each, measured, **kw)  # a read charged on every step
+    assert not every_step and "Only 40 of the 2000 steps read" in str(every_step)
+    reads_only = check_read_interval_prediction(n // k * read_each, measured, **kw)  # the adds forgotten
+    assert not reads_only and "Every one of the 2000 steps" in str(reads_only)

@@ -277,3 +277,84 @@ def check_host_sync_prediction(predicted_seconds, measured_seconds: float, *, pe
                 "reads do not overlap, so N reads take N times as long (check your units: 1 us = 1e-6 s).",
         why_close="Reads are sequential waits, so their cost adds up linearly; on a GPU each also drains the "
                   "queue of work launched before it.")
+
+
+# --------------------------------------------------------------------------- chapter 0, second edition
+
+
+def precision_devices() -> dict[str, "object"]:
+    """The devices of chapter 0's precision exercise: a description a learner reads -> its device profile."""
+    import dataclasses
+
+    from gpuformer_lib.profiles import PROFILES, _gpu
+
+    def gpu_line(p) -> str:
+        return f"{p.gpu_name} (compute capability {p.compute_capability[0]}.{p.compute_capability[1]})"
+
+    blackwell = _gpu("rtx-5090", "NVIDIA GeForce RTX 5090", 30.0, (12, 0))  # memory unused here
+    cpu_bf16 = dataclasses.replace(PROFILES["cpu"], bf16=True)
+    return {gpu_line(PROFILES["t4"]): PROFILES["t4"],
+            gpu_line(PROFILES["a100-40gb"]): PROFILES["a100-40gb"],
+            gpu_line(PROFILES["h100-80gb"]): PROFILES["h100-80gb"],
+            gpu_line(blackwell): blackwell,
+            "a laptop CPU with native bf16 instructions (AVX512-BF16), no GPU": cpu_bf16}
+
+
+@_safe_check
+def check_precision_choice(answers: dict[str, str]) -> CheckResult:
+    """``answers`` maps each description in :func:`precision_devices` to the training precision the course
+    picks there (``'bf16'``, ``'fp16'`` or ``'fp32'``), graded against ``profiles.training_precision``."""
+    from gpuformer_lib.profiles import training_precision
+
+    devices = precision_devices()
+    if not isinstance(answers, dict):
+        return _report(False, "Pass a dict that maps each description in precision_devices() to 'bf16', 'fp16' "
+                              f"or 'fp32', not {_describe(answers)}.")
+    missing = [d for d in devices if d not in answers]
+    if missing:
+        return _report(False, f"Answer every device; missing: {missing[0]!r}.")
+    for desc, profile in devices.items():
+        got = str(answers[desc]).strip().lower()
+        want = training_precision(profile)
+        if got not in ("bf16", "fp16", "fp32"):
+            return _report(False, f"Answer 'bf16', 'fp16' or 'fp32' for {desc!r}, not {answers[desc]!r}.")
+        if got == want:
+            continue
+        if not profile.on_gpu:
+            hint = ("On a CPU the course trains in fp32 even with native bf16 instructions: its models are small "
+                    "there and autocast only adds casts (read help(training_precision)).")
+        elif want == "fp16":
+            hint = ("This GPU is older than 8.0: it has fp16 tensor cores but no bf16 ones "
+                    "(torch.cuda.is_bf16_supported() still says True on it, because it counts emulation). The "
+                    "course trains it in fp16, with a loss scaler (chapter 8)." if got == "bf16" else
+                    "fp32 would leave its fp16 tensor cores idle: the course trains it in fp16, with a loss scaler.")
+        elif profile.compute_capability[0] > 8 and got == "fp16":
+            hint = (f"{profile.compute_capability[0]}.{profile.compute_capability[1]} is newer than Ampere and has "
+                    "bf16 tensor cores: compare the whole tuple, cc >= (8, 0), not major == 8.")
+        else:
+            hint = ("From compute capability 8.0 the tensor cores have bf16, with float32's exponent range: no "
+                    "loss scaler needed, so the course prefers it to fp16 and to fp32.")
+        return _report(False, f"{desc}: the course picks {want}, not {got}. {hint}")
+    return _report(True, "bf16 wherever the tensor cores have it (compute capability 8.0 or newer, Blackwell "
+                         "included), fp16 with a loss scaler on a T4, fp32 on a CPU: profiles.training_precision.")
+
+
+def check_read_interval_prediction(predicted_seconds, measured_seconds: float, *, n: int, read_every: int,
+                                   queued: float, read_each: float) -> CheckResult:
+    """Grade a prediction of the time of ``n`` steps that read ``.item()`` every ``read_every`` steps, from the
+    measured cost of a queued step (``queued`` s) and of a step that reads (``read_each`` s). Passes within a
+    factor 1.5: the model is exact arithmetic on measurements taken just before, the same way, so a bigger gap
+    is a wrong model (or a machine much busier now than when they were measured)."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    reads = n // read_every
+    return grade_prediction(
+        predicted_seconds, measured_seconds, quantity=f"time of {n} steps reading every {read_every}th",
+        unit="s", within=1.5,
+        too_high=f"Only {reads} of the {n} steps read: the others cost a queued step ({queued * 1e6:.1f} us), "
+                 f"not a step that reads ({read_each * 1e6:.1f} us). Check your units too (1 us = 1e-6 s).",
+        too_low=f"Every one of the {n} steps still costs its operation ({queued * 1e6:.1f} us queued); the "
+                f"{reads} reads add what a read costs beyond that, read_each - queued, each. "
+                "Check your units too (1 us = 1e-6 s).",
+        why_close="Time = n x queued + (n / k) x (read_each - queued): every step pays its operation, only every "
+                  "k-th pays the wait. On a GPU a read waits for the whole queue, so reading less often saves more.")
