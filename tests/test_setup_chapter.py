@@ -55,3 +55,67 @@ def test_the_sm_row_points_at_a_section_that_exists():
     assert "chapter 2, occupancy and waves" in markdown(SETUP)
     chapter2 = markdown("02_gpu_programming.ipynb").lower()
     assert "occupancy" in chapter2 and "wave" in chapter2
+
+
+# --------------------------------------------------------------------------- second review of chapter 0
+
+
+def cells(name: str) -> list[dict]:
+    return json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))["cells"]
+
+
+def code(name: str) -> str:
+    return "\n".join("".join(c["source"]) for c in cells(name) if c["cell_type"] == "code")
+
+
+def test_the_seed_article_is_pointed_at_for_a_newcomer():
+    assert "second seed article (see the {doc}`introduction" in markdown(SETUP)
+
+
+def test_no_profile_or_registry_number_is_typed_in_the_prose():
+    text = markdown(SETUP)
+    for typed in ("14.7 GiB", "79.1 GiB", "12.2 / 11.8", "(7.5, 9.0)", "15,102", "they agree"):
+        assert typed not in text, f"{typed!r} is typed in the prose: glue it from the profile or the registry"
+    for name in ("t4_profile_gib", "h100_profile_gib", "t4_driver_runtime", "t4_memory_agree", "published_ccs"):
+        assert f"{{glue:text}}`{name}`" in text and f'glue("{name}"' in code(SETUP)
+
+
+def test_host_sync_words_come_from_the_banded_library_function():
+    assert "device_checks.sync_cost_words(sync.ratio, device.type)" in code(SETUP)
+    shown = markdown(SETUP) + outputs(SETUP)
+    assert "already synchronous" not in shown
+    assert "(x + 1).item()" not in code(SETUP)  # the read loop does the same in-place add as the queued one
+
+
+def test_the_mismatch_message_is_not_typed_as_the_gpus_wording():
+    text = markdown(SETUP)
+    assert "{glue:text}`mismatch_form`" in text and "varies" in text
+    assert "On a GPU the message reads" not in text
+
+
+def test_the_gpu_view_labels_what_it_shows():
+    shown = outputs(SETUP)
+    assert "9.0 (major.minor)" in shown and "9 (major.minor)" not in shown.replace("9.0 (major.minor)", "")
+    assert " 1 threads" not in shown and "torch uses" in shown
+    assert "one host sync" not in shown and "x.add_(1), then x.item()" in shown
+    assert "MBytes are MiB" in shown  # the published MiB converted beside the GiB rows
+    assert "H100 SXM (profile data)" in shown and "no published source" in shown
+
+
+def test_no_overclaim_of_exact_agreement_with_pytorch():
+    assert "to the digit" not in markdown(SETUP)
+
+
+def test_the_bigger_model_options_are_judged_in_code_with_room_to_spare():
+    source, shown = code(SETUP), outputs(SETUP)
+    assert "bring the state under" not in source
+    assert "device_checks.state_fit" in source and "not a real fit" in shown and "GiB short" in shown
+    assert "GiB left for activations and the CUDA context)" not in shown  # no "(-4.7 GiB left ...)"
+
+
+def test_at_most_one_exercise_copies_a_formula_and_the_rest_need_thought():
+    source = code(SETUP)
+    assert "check_supports_bf16(" not in source  # the compute-capability rule copied from the text is gone
+    assert "check_precision_choice(answers)" in source  # a diagnosis against profiles.training_precision
+    assert "check_read_interval_prediction(" in source  # a prediction that needs a model of the loop
+    assert "check_training_state_prediction(" in source
