@@ -16,7 +16,9 @@ CUDA-only calls of :mod:`gpuformer_lib.gpu` run CPU stand-ins that check their a
 Leaves out: choosing the torch device (``device``), timing (``bench``). Figures in the profiles
 are datasheet figures (memory as the driver reports it, compute capability); the SDPA kernel lists
 follow PyTorch's ``sdp_utils.cpp`` rules: flash needs sm_80+, the memory-efficient kernel takes
-fp16/fp32 below sm_80 and bf16 too from sm_80, cuDNN attention needs sm_80+.
+fp16/fp32 below sm_80 and bf16 too from sm_80, cuDNN attention needs sm_80+. On a CPU, PyTorch (2.13 when
+this was checked) runs its tiled ``_scaled_dot_product_flash_attention_for_cpu`` kernel for float32, float64,
+bfloat16 and float16, listed as ``flash`` (``math`` remains the fallback).
 """
 
 from __future__ import annotations
@@ -130,8 +132,12 @@ def _gpu(name: str, gpu_name: str, memory_gib: float, cc: tuple[int, int], count
                          sdpa_kernels=_sdpa_kernels(cc), triton_tensor_cores=ampere, nvml=True)
 
 
+_CPU_SDPA_KERNELS = {dtype: ("flash", "math") for dtype in ("float32", "float64", "bfloat16", "float16")}
+"""PyTorch's flash-attention-for-CPU kernel takes all four; tests/test_tiled_attention.py checks it is what runs."""
+
+
 PROFILES: dict[str, DeviceProfile] = {
-    "cpu": DeviceProfile(name="cpu", kind="cpu", sdpa_kernels={"float32": ("math",)}),
+    "cpu": DeviceProfile(name="cpu", kind="cpu", sdpa_kernels=_CPU_SDPA_KERNELS),
     # memory as torch reports it on these cards (total_memory / 2**30), not the marketing figure
     "t4": _gpu("t4", "Tesla T4", 14.7, (7, 5)),
     "a100-40gb": _gpu("a100-40gb", "NVIDIA A100-SXM4-40GB", 39.4, (8, 0)),

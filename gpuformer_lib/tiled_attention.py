@@ -347,3 +347,44 @@ def expected_sdpa_backend(compute_capability: tuple[int, int], dtype: torch.dtyp
     if aligned and (dtype in (torch.float32, torch.float16) or (dtype == torch.bfloat16 and cc >= (8, 0))):
         return "memory-efficient"
     return "math"
+
+
+_PROFILE_KERNEL_NAMES = {"flash": "flash", "flash (CPU)": "flash", "memory-efficient": "efficient",
+                         "cuDNN": "cudnn", "math": "math", "fused (device plug-in)": "fused"}
+
+
+def profile_kernel_name(backend: str) -> str:
+    """The name a device profile's ``sdpa_kernels`` uses for a kernel :func:`sdpa_backend_used` reported
+    (``'flash (CPU)'`` -> ``'flash'``, ``'memory-efficient'`` -> ``'efficient'``, ``'cuDNN'`` -> ``'cudnn'``)."""
+    if backend not in _PROFILE_KERNEL_NAMES:
+        raise ValueError(f"{backend!r} is not a kernel name sdpa_backend_used returns; "
+                         f"one of {', '.join(_PROFILE_KERNEL_NAMES)}")
+    return _PROFILE_KERNEL_NAMES[backend]
+
+
+# --------------------------------------------------------------------------- comparing noisy timings
+
+
+def time_ratio_words(before, after, *, margin: float = 1.1) -> tuple[float, str]:
+    """How much faster ``after`` ran than ``before`` (two ``bench.Timing``), and words for it that the noise
+    allows.
+
+    The ratio is of the **fastest** repeats (``before.min / after.min``): on a shared machine noise only adds
+    time, so a minimum is the best estimate of what the work costs. The words say "faster" (or "slower")
+    only when the ratio is at least ``margin`` *and* the fastest run of the slower one is slower than the
+    median run of the faster one (their [min, median] bands do not overlap); otherwise "within the noise".
+    """
+    if margin < 1:
+        raise ValueError(f"margin is a ratio of at least 1, got {margin}")
+    ratio = before.min / after.min
+    if ratio >= margin and before.min > after.median:
+        return ratio, f"{ratio:.1f}x faster"
+    if 1 / ratio >= margin and after.min > before.median:
+        return ratio, f"{1 / ratio:.1f}x slower"
+    return ratio, f"within the noise (a ratio of {ratio:.2f} between the fastest runs)"
+
+
+def growth_interval(small, large) -> tuple[float, float, float]:
+    """How many times ``large`` (a ``bench.Timing``) took longer than ``small``: the ratio of the fastest runs,
+    and the range the noise allows, from ``large.min / small.median`` to ``large.median / small.min``."""
+    return large.min / small.min, large.min / small.median, large.median / small.min

@@ -183,3 +183,49 @@ def test_chapter_3_prose_keeps_the_review_fixes():
     assert "is_bf16_supported(" not in code and "compute_dtype(profile)" in code
     assert "UvA" in prose and "4T^2" in prose
     assert "ta.minimal_attention" in code  # the like-for-like baseline of the timing
+    # second review: numbers typed by hand, words from noisy medians, a stale profile, imprecise citations
+    for typed in ("10 times at 2K", "about 2x", "25-40 %", "largest spread of these timings was",
+                  "close to it\" if 3 <= fused_growth <= 5"):
+        assert typed not in prose + code, typed
+    assert "ta.time_ratio_words" in code and "ta.growth_interval" in code  # words only beyond the noise
+    assert "assert math.isclose(math.prod(steps.values()), total" in code  # the steps multiply back
+    assert "published.figure(" in code and "forward + backward" in " ".join(prose.split())  # glued, labelled
+    assert "ta.profile_kernel_name(backend_here) in kernels_here" in code  # the profile lists what ran
+    assert "finfo(q.dtype).min" in prose and "cuDNN" in prose
+    assert "statistics.stdev(diffs)" in code  # the d_k comparison over several draws
+
+
+def test_the_cpu_profile_lists_the_kernel_pytorch_runs():
+    """The review of chapter 3 found the CPU profile stale ('math' while PyTorch ran its flash kernel for CPU)."""
+    from gpuformer_lib.profiles import PROFILES, describe_device
+
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        q = torch.randn(1, 2, 16, 64, dtype=dtype)
+        ran = ta.profile_kernel_name(ta.sdpa_backend_used(q, q, q, is_causal=True))
+        name = str(dtype).removeprefix("torch.")
+        assert ran in describe_device("cpu").sdpa_kernels[name], (dtype, ran)
+        assert ran in PROFILES["cpu"].sdpa_kernels[name], (dtype, ran)
+    assert ta.profile_kernel_name("memory-efficient") == "efficient" and ta.profile_kernel_name("cuDNN") == "cudnn"
+    with pytest.raises(ValueError, match="not a kernel name"):
+        ta.profile_kernel_name("flash-3")
+
+
+def test_time_ratio_words_say_faster_only_beyond_the_noise():
+    from gpuformer_lib.bench import Timing
+
+    def timing(*times):
+        return Timing(times=times, warmup=0, number=1)
+
+    ratio, words = ta.time_ratio_words(timing(2.0, 2.1, 2.2), timing(1.0, 1.05, 1.1))
+    assert ratio == pytest.approx(2.0) and words == "2.0x faster"
+    ratio, words = ta.time_ratio_words(timing(1.0, 1.05, 1.1), timing(2.0, 2.1, 2.2))
+    assert words == "2.0x slower"
+    # a 1.24 ratio of minimums, but the bands overlap (the review's 'step_mask'): within the noise
+    ratio, words = ta.time_ratio_words(timing(1.24, 1.5, 1.6), timing(1.0, 1.3, 1.4))
+    assert ratio == pytest.approx(1.24) and words.startswith("within the noise")
+    # clear of the noise but under the margin: within the noise too
+    assert ta.time_ratio_words(timing(1.05, 1.05, 1.05), timing(1.0, 1.0, 1.0))[1].startswith("within")
+    with pytest.raises(ValueError):
+        ta.time_ratio_words(timing(1.0), timing(1.0), margin=0.5)
+    best, low, high = ta.growth_interval(timing(1.0, 1.2, 1.5), timing(4.0, 4.4, 5.0))
+    assert best == pytest.approx(4.0) and low == pytest.approx(4.0 / 1.2) and high == pytest.approx(4.4)
