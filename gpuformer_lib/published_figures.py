@@ -29,10 +29,12 @@ SETUP = (
            "(12.2) newer than the runtime the program was built with (11.8), which is allowed.",
       **_T4_DEVICEQUERY),
     F(key="h100-compute-capability", value=9.0, unit="(major.minor)", quantity="compute capability",
-      hardware="NVIDIA H100 (every form factor)", software="not stated",
-      url="https://developer.nvidia.com/cuda-gpus", title="CUDA GPU Compute Capability (NVIDIA Developer)",
-      where="the compute-capability table, row 9.0, Data Center column",
-      quote="9.0 | NVIDIA GH200 NVIDIA H200 NVIDIA H100", chapters=(0,),
+      hardware="NVIDIA H100", software="CUDA documentation (version not stated on the page)",
+      url="https://docs.nvidia.com/cuda/hopper-tuning-guide/index.html",
+      title="Tuning CUDA Applications for Hopper GPU Architecture (NVIDIA Hopper Tuning Guide)",
+      where="section 1.4.1.1 Occupancy",
+      quote="For devices of compute capability 9.0 (H100 GPUs), shared memory capacity per SM is 228 KB",
+      chapters=(0,),
       note="9.0 (Hopper): bf16, fp16, TF32 and FP8 tensor cores; FlashAttention kernels need 8.0 or newer."),
 )
 
