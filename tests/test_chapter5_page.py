@@ -52,3 +52,44 @@ def test_the_reviews_missing_topics_are_taught():
 def test_pre_post_ln_is_shown_over_several_seeds():
     source = "\n".join("".join(c["source"]) for c in _cells() if c["cell_type"] == "code")
     assert re.search(r"seeds, lr = \((\d+, ){2,}\d+\)", source)
+
+
+def _code() -> str:
+    return "\n".join("".join(c["source"]) for c in _cells() if c["cell_type"] == "code")
+
+
+def test_xiong_is_the_depth_theorem_over_seeds():
+    # the second edition's review: the first-to-last-layer story is not Xiong et al.'s theorem; the theorem is
+    # the last layer's gradient as the depth L grows, under pre-LN shrinking and under post-LN not
+    code, prose = _code(), _prose()
+    assert re.search(r"depths, grad_seeds = \(3, 6, 12(, 24)?\), \((\d+, ){2,}\d+\)", code)
+    assert "layers[-1]" in code and "first to last" not in code
+    assert "nearest the output get the largest" not in code + prose
+    assert "1/\\sqrt{N}" not in prose and "1/\\sqrt{L}" in prose
+    assert "chapter 6's toy task" not in prose  # described where it is used
+
+
+def test_counts_and_words_come_from_the_values():
+    code, prose = _code(), _prose()
+    assert "/ 3:" not in code and "len(seeds)" in code
+    assert "over three seeds" not in prose and "stayed at chance" not in code
+    for typed in ("0.09 %", "Almost a third", "60–90 %", "60-90 %", "never changes predictions",
+                  "the review found", "first edition", "one fused native kernel", "usually fused into the attention"):
+        assert typed not in prose, typed
+    assert "Table 3" in prose  # the paper's 65 M is cited where it is stated
+
+
+def test_padding_is_timed_interleaved_and_judged_against_noise():
+    code = _code()
+    assert "compare_minimums(" in code and "repeats=20" in code and "pad.words(" in code
+    assert "ratio_pad > 1.05" not in code
+    assert "not masked" in _prose().replace("\n", " ")
+
+
+def test_gpu_view_predicts_gpt2_small_and_labels_lower_bounds():
+    code, prose = _code(), _prose().replace("\n", " ")
+    assert "step_time_prediction(gpt2_config(), 8, 1024" in code
+    assert "lower bound" in code and "count_step_operators" in code
+    assert "no P100" in prose and "all-reduce" in prose
+    assert "commutes" in prose and "torch._transformer_encoder_layer_fwd" in prose
+    assert "modeling_t5" in prose and "differs from that figure" in prose

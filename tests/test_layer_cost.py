@@ -82,3 +82,12 @@ def test_architecture_figure_is_labelled_as_pre_ln_with_residual_adds():
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts.count("+") == 5  # one add per sublayer: 2 in the encoder layer, 3 in the decoder layer
     assert "pre-LN" in fig.axes[0].get_title()
+
+
+def test_decoder_label_sits_clear_of_the_memory_arrow():
+    # the memory arrow runs from the encoder (left) into the decoder's left side: the decoder's rotated
+    # "layer x N" label goes on the decoder's right, where no arrow passes
+    fig = encoder_decoder_figure()
+    labels = {t.get_text(): t.get_position()[0] for t in fig.axes[0].texts}
+    cross = [t.get_position()[0] for t in fig.axes[0].texts if t.get_text() == "cross-attention"][0]
+    assert labels["decoder layer x N"] > cross + 1.2 and labels["encoder layer x N"] < cross
