@@ -82,7 +82,7 @@ def bandwidth(gpu: str) -> float:
 
 def roofline_seconds(flops: float, nbytes: float, gpu: str, dtype: torch.dtype, *, tensor_cores: bool) -> float:
     """Predicted time of one kernel: max(FLOPs / compute roof, bytes / bandwidth). A lower bound: a real
-    kernel adds launch overhead (microseconds) and reaches 60-90 % of either roof at best."""
+    kernel adds launch overhead (microseconds) and reaches only a fraction of either roof (chapter 1 measures how much)."""
     for name, value in (("flops", flops), ("nbytes", nbytes)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
