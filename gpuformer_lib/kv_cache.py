@@ -400,13 +400,9 @@ def predicted_recompute_seconds(gpu: str, n_params: int, seq_len: int, batch: in
 # --------------------------------------------------------------------------- measuring
 
 
-def time_decode_step(model: CachedDecoder, batch: int, context: int, *, use_cache: bool,
-                     device: torch.device | str | None = None, repeats: int = 7, max_seconds: float | None = None):
-    """Time one greedy decoding step at ``context`` tokens (a ``bench.Timing``): with the cache, one new
-    token against ``context - 1`` cached ones (the cache is cut back before each repeat); without it, a
-    forward pass over all ``context`` tokens, as a decoder without a cache must run for every new token."""
-    from gpuformer_lib import bench
-
+def _decode_step(model: CachedDecoder, batch: int, context: int, *, use_cache: bool,
+                 device: torch.device | str | None = None):
+    """The function one greedy decoding step runs at ``context`` tokens (see :func:`time_decode_step`)."""
     if not 1 < context <= model.shape.max_len:
         raise ValueError(f"context must be in [2, {model.shape.max_len}], got {context}")
     device = model.head.weight.device if device is None else device
@@ -422,8 +418,76 @@ def time_decode_step(model: CachedDecoder, batch: int, context: int, *, use_cach
     else:
         def step():
             return model(idx)  # (B, context, V)
+    return step
+
+
+def time_decode_step(model: CachedDecoder, batch: int, context: int, *, use_cache: bool,
+                     device: torch.device | str | None = None, repeats: int = 7, max_seconds: float | None = None):
+    """Time one greedy decoding step at ``context`` tokens (a ``bench.Timing``): with the cache, one new
+    token against ``context - 1`` cached ones (the cache is cut back before each repeat); without it, a
+    forward pass over all ``context`` tokens, as a decoder without a cache must run for every new token."""
+    from gpuformer_lib import bench
+
+    step = _decode_step(model, batch, context, use_cache=use_cache, device=device)
+    device = model.head.weight.device if device is None else device
     with torch.no_grad():
         return bench.time_fn(step, device=device, repeats=repeats, max_seconds=max_seconds)
+
+
+def decode_speedup(model: CachedDecoder, batch: int, context: int, *, device: torch.device | str | None = None,
+                   repeats: int = 7, max_seconds: float | None = None):
+    """Time one decoding step at ``context`` tokens without and with the cache; return ``(speedup, with,
+    without)``, the speedup as (fastest repeat without) / (fastest repeat with): the fastest repeats are the
+    least disturbed by other load, so the page quotes this one statistic wherever it gives the speedup."""
+    from gpuformer_lib import bench
+
+    with_cache = time_decode_step(model, batch, context, use_cache=True, device=device, repeats=repeats,
+                                  max_seconds=max_seconds)
+    without = time_decode_step(model, batch, context, use_cache=False, device=device, repeats=repeats,
+                               max_seconds=max_seconds)
+    return bench.speedup(without.min, with_cache.min), with_cache, without
+
+
+_MATRIX_PRODUCTS = frozenset({"linear", "matmul", "__matmul__", "bmm", "mm", "addmm", "baddbmm"})
+
+
+def count_torch_work(fn) -> tuple[int, int]:
+    """``(calls, elements)`` of ``fn()``: how many PyTorch functions and tensor methods it calls
+    (``torch.overrides.TorchFunctionMode`` sees each one; in eager mode each costs a roughly fixed dispatch,
+    and on a GPU launch, overhead), and how many elements the calls that are neither matrix products nor
+    views write (masking, softmax, GELU, layer norm, additions, copies): the memory-bound passes."""
+    from torch.overrides import TorchFunctionMode
+
+    counts = [0, 0]
+
+    class _Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            counts[0] += 1
+            if (isinstance(out, Tensor) and out._base is None
+                    and getattr(func, "__name__", "") not in _MATRIX_PRODUCTS):
+                counts[1] += out.numel()
+            return out
+
+    with _Count():
+        fn()
+    return counts[0], counts[1]
+
+
+def decode_step_work(model: CachedDecoder, batch: int, context: int, *, use_cache: bool,
+                     device: torch.device | str | None = None) -> tuple[int, int, int]:
+    """``(FLOPs, PyTorch calls, elements)`` of one decoding step at ``context`` tokens, with or without the
+    cache: the FLOPs of its matrix products from ``FlopCounterMode``, the calls and the elements written by
+    its other operations from :func:`count_torch_work`. A cost model of the step is then FLOPs / (a measured
+    FLOP rate) + elements * (a measured cost per element) + calls * (a measured cost of one call)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    step = _decode_step(model, batch, context, use_cache=use_cache, device=device)
+    with torch.no_grad():
+        with FlopCounterMode(display=False) as counter:
+            step()
+        calls, elements = count_torch_work(step)
+    return counter.get_total_flops(), calls, elements
 
 
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")

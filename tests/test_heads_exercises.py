@@ -13,7 +13,14 @@ def right(C, H, Hkv, bias):
 
 
 def test_gqa_parameters_right_answer_matches_the_module():
-    assert check_gqa_parameters(right)
+    result = check_gqa_parameters(right)
+    assert result
+    # review: MQA removes ~half of the attention layer's parameters (not "a small saving"), ~15 % of a block
+    assert "small" not in result.message and "half" in result.message and "15 %" in result.message
+    mha, mqa = right(768, 12, 12, True), right(768, 12, 1, True)
+    assert 0.4 < 1 - mqa / mha < 0.5
+    block = mha + 8 * 768 * 768 + 5 * 768  # attention + a 4C MLP with biases
+    assert 0.1 < (mha - mqa) / block < 0.2
     for C, H, Hkv, bias in ((64, 8, 2, True), (48, 6, 3, False)):
         layer = GroupedQueryAttention(C, H, Hkv, bias=bias)
         assert right(C, H, Hkv, bias) == sum(p.numel() for p in layer.parameters())
@@ -55,3 +62,19 @@ def test_decode_speedup_prediction():
     assert not upside_down and "slower" in upside_down.message
     with pytest.raises(ValueError):
         check_decode_speedup_prediction(2, -1.0, context=128)
+
+
+def test_decode_speedup_prediction_accepts_a_measuring_function():
+    calls = []
+
+    def measure():  # the first timing is disturbed (3x too fast a speedup), the second is not
+        calls.append(1)
+        return 40.0 if len(calls) == 1 else 8.0
+
+    result = check_decode_speedup_prediction(8, measure, context=128, measured_by="the decoder measured")
+    assert result and len(calls) == 2 and "closest of 2" in result.message and "the decoder measured" in result.message
+    calls.clear()
+    assert check_decode_speedup_prediction(10, lambda: calls.append(1) or 8.0, context=128) and len(calls) == 1
+    calls.clear()
+    miss = check_decode_speedup_prediction(128, lambda: calls.append(1) or 8.0, context=128)
+    assert not miss and len(calls) == 3 and "fixed cost" in miss.message

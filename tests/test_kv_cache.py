@@ -196,3 +196,28 @@ def test_chapter_4_takes_its_dtype_from_the_profile():
     nb = json.loads((Path(__file__).parent.parent / "notebooks" / "04_multi_head_attention.ipynb").read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert "is_bf16_supported" not in code and "compute_dtype(profile)" in code
+
+
+def test_decode_speedup_and_step_work():
+    from gpuformer_lib.kv_cache import decode_speedup, decode_step_work
+
+    torch.manual_seed(0)
+    model = CachedDecoder(DecoderShape(vocab_size=32, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2,
+                                       max_len=64)).eval()
+    speedup, with_cache, without = decode_speedup(model, 2, 48, repeats=3)
+    assert speedup == without.min / with_cache.min
+    flops_with, calls_with, elements_with = decode_step_work(model, 2, 48, use_cache=True)
+    flops_without, calls_without, elements_without = decode_step_work(model, 2, 48, use_cache=False)
+    # matrix products: the recomputing step does ~context times the cached step's FLOPs
+    assert 24 < flops_without / flops_with <= 48
+    assert calls_with > 10 and calls_without > 10  # every layer calls several PyTorch functions
+    # element-wise work: the recomputing step masks and normalises (B, H, T, T) scores, the cached one (B, H, 1, T)
+    assert elements_without > 20 * elements_with
+
+
+def test_count_torch_work_counts_calls_and_written_elements_not_views_or_products():
+    from gpuformer_lib.kv_cache import count_torch_work
+
+    x, w = torch.ones(3, 4), torch.ones(5, 4)
+    calls, elements = count_torch_work(lambda: F.linear(x, w).softmax(-1).transpose(0, 1))
+    assert calls == 3 and elements == 15  # the softmax's 3 x 5; the product and the view are not counted
