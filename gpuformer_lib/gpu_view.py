@@ -188,7 +188,8 @@ def published(key: str, quantity: str | None = None) -> ViewRow:
                    f"{f.title}, {f.where}", f.url)
 
 
-_KIND_MARK = {"measured": "measured", "predicted": "predicted", "published": "published"}
+_KIND_COLOUR = {"measured": "#1b7837", "predicted": "#2166ac", "published": "#762a83"}
+"""One colour per kind, so a reader tells them apart at a glance (the word is always there too)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,10 +234,13 @@ class GpuView:
             basis = esc(r.basis)
             if r.url:
                 basis = f'<a href="{esc(r.url)}">{basis}</a>'
+            cell = "padding:2px 8px;vertical-align:top"
             body.append(
-                f'<tr class="gpuview-{r.kind}"><td>{esc(r.quantity)}</td><td><b>{_KIND_MARK[r.kind]}</b></td>'
-                f"<td>{esc(r.device)}</td><td style='text-align:right'>{esc(_shown(r.value, r.unit))} "
-                f"{esc(r.unit)}</td><td>{basis}</td></tr>")
+                f'<tr class="gpuview-{r.kind}"><td style="{cell}">{esc(r.quantity)}</td>'
+                f'<td style="{cell};color:{_KIND_COLOUR[r.kind]}"><b>{r.kind}</b></td>'
+                f'<td style="{cell}">{esc(r.device)}</td>'
+                f'<td style="{cell};text-align:right;white-space:nowrap">{esc(_shown(r.value, r.unit))} '
+                f'{esc(r.unit)}</td><td style="{cell}">{basis}</td></tr>')
         return (f"<table class='gpuview'><caption style='caption-side:top;text-align:left'><b>{esc(self.title)}"
                 "</b> &mdash; <b>measured</b>: on the device that ran this page; <b>predicted</b>: the course's "
                 "models from datasheet figures; <b>published</b>: a cited source (appendix)</caption>"
