@@ -63,3 +63,21 @@ def test_widgets_render_from_files_shipped_with_the_book(html):
     for script in ("widgets/require.js", "widgets/embed-amd.js"):
         assert f"_static/{script}" in page and (html / "_static" / script).exists()
     assert "cdnjs.cloudflare.com/ajax/libs/require.js" not in page  # not the CDN default
+
+
+def test_chapters_0_to_6_show_a_gpu_view_with_the_three_kinds(html):
+    for path in notebook_paths():
+        if int(path.stem[:2]) > 6:
+            continue
+        page = (html / "notebooks" / f"{path.stem}.html").read_text()
+        assert "gpuview" in page, f"{path.name}: no GPU view on its page"
+        for kind in ("measured", "predicted", "published"):
+            assert f"gpuview-{kind}" in page, f"{path.name}: its GPU view has no {kind} row"
+
+
+def test_the_appendix_lists_every_published_figure_with_its_source(html):
+    from gpuformer_lib import published
+
+    page = (html / "book" / "published_figures.html").read_text()
+    for figure in published.figures():
+        assert figure.key in page and f'href="{figure.url}"' in page.replace("&amp;", "&"), figure.key
