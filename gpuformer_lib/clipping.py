@@ -66,9 +66,11 @@ def clip_coefficient(total_norm: torch.Tensor | float, max_norm: float) -> torch
 def clip_grad_norm(parameters: Iterable[torch.Tensor] | torch.Tensor, max_norm: float, norm_type: float = 2.0,
                    error_if_nonfinite: bool = False) -> torch.Tensor:
     """Rescale the gradients in place so that their global norm is at most ``max_norm``; return the norm
-    they had before. With a non-finite norm (an inf or NaN gradient) the coefficient is NaN and every
-    gradient becomes NaN, as in PyTorch, unless ``error_if_nonfinite`` raises first: either way the step
-    must then be skipped (mixed precision's GradScaler does it for you, chapter 8)."""
+    they had before. With a non-finite norm the result follows IEEE arithmetic, as in PyTorch: an inf
+    gradient makes the norm inf and the coefficient ``max_norm / inf = 0``, so every finite gradient becomes
+    0 and each inf entry NaN (``0 * inf``); a NaN gradient makes the norm and the coefficient NaN, and every
+    gradient NaN. ``error_if_nonfinite`` raises instead. Either way the step must then be skipped (mixed
+    precision's GradScaler does it for you, chapter 8)."""
     parameters = list(parameters) if not isinstance(parameters, torch.Tensor) else [parameters]
     total = global_grad_norm(parameters, norm_type)
     if error_if_nonfinite and not bool(torch.isfinite(total)):

@@ -87,6 +87,23 @@ class GridSearch:
         near = [lr for lr in self.lrs if self.best_lr / width * (1 - 1e-9) <= lr <= self.best_lr * width * (1 + 1e-9)]
         return max(self.mean(lr) for lr in near) - self.best
 
+    def neighbour_rise(self) -> tuple[float, float]:
+        """How much worse the mean final loss is one grid step either side of the best, symmetrically:
+        ``(rise, seed_spread)``. ``rise`` is the mean, over the two neighbours, of (neighbour's mean final
+        loss - best), ``inf`` if a neighbour diverged. ``seed_spread`` bounds how far the seeds alone could
+        move it: the mean of the neighbours' seed ranges (highest - lowest) plus the best's seed range
+        (``inf`` with a diverged neighbour). Needs the best inside the grid (``at_edge`` False)."""
+        if self.at_edge:
+            raise ValueError(f"{self.name}: the best learning rate {self.best_lr:g} is at the edge of the grid: "
+                             "it has only one neighbour")
+        i = self.lrs.index(self.best_lr)
+        low, high = self.lrs[i - 1], self.lrs[i + 1]
+        if self.diverged(low) or self.diverged(high):
+            return math.inf, math.inf
+        rise = (self.mean(low) + self.mean(high)) / 2 - self.best
+        width = lambda lr: self.spread(lr)[1] - self.spread(lr)[0]  # noqa: E731
+        return rise, (width(low) + width(high)) / 2 + width(self.best_lr)
+
     def table_row(self) -> str:
         cells = []
         for lr in self.lrs:
@@ -195,3 +212,20 @@ def train_repeating_patterns(make_optimizer: Callable[[torch.nn.Module, float], 
         if (step + 1) % check_every == 0 and not torch.isfinite(torch.stack(losses[-check_every:])).all():
             break
     return torch.stack(losses).tolist()
+
+
+def compare_sensitivity(a: GridSearch, b: GridSearch) -> str:
+    """``'less'``, ``'more'`` or ``'about as'``: is ``a`` less or more sensitive to a one-grid-step change of
+    learning rate than ``b``? By :meth:`GridSearch.neighbour_rise`: ``'less'`` only when ``b``'s rise exceeds
+    ``a``'s by more than their seed spreads combined (so the seeds alone could not reverse it), ``'more'``
+    the other way round, ``'about as'`` otherwise. A neighbour that diverged counts as infinitely worse: a
+    run that diverges there is more sensitive than one that does not; two that both diverge are 'about as'."""
+    rise_a, spread_a = a.neighbour_rise()
+    rise_b, spread_b = b.neighbour_rise()
+    if math.isinf(rise_a) or math.isinf(rise_b):
+        return "about as" if math.isinf(rise_a) and math.isinf(rise_b) else "less" if math.isinf(rise_b) else "more"
+    if rise_b - rise_a > spread_a + spread_b:
+        return "less"
+    if rise_a - rise_b > spread_a + spread_b:
+        return "more"
+    return "about as"

@@ -59,3 +59,83 @@ def test_gradient_clipping_and_gpu_view_are_on_the_page(cells):
     code = _text(cells, "code")
     assert "torch.nn.utils.clip_grad_norm_(theirs, max_norm=1.0, foreach=foreach)" in code
     assert "gpu_view.gpu_view(" in code and 'view.kinds() == {"measured", "predicted", "published"}' in code
+
+
+# ------------------------------------------------------------------ the second review of chapter 6
+
+
+def _glue_names(cells):
+    names = set()
+    for cell in cells:
+        for out in cell.get("outputs", []):
+            meta = out.get("metadata", {}).get("scrapbook", {})
+            if "name" in meta:
+                names.add(meta["name"])
+    return names
+
+
+def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
+    prose = _text(cells, "markdown")
+    used = set(re.findall(r"\{glue:text\}`([^`]+)`", prose))
+    glued = _glue_names(cells)
+    assert used <= glued, f"used but never glued: {sorted(used - glued)}"
+    assert glued <= used, f"glued but never used: {sorted(glued - used)}"
+
+
+def test_run_length_is_glued_not_typed(cells):
+    prose = _text(cells, "markdown")
+    assert not re.search(r"\b\d+ steps of that size|one small task, \d+ steps", prose), \
+        "the grid's step count depends on the preset: glue task['steps']"
+    assert "{glue:text}`grid_steps` steps" in prose
+    assert 'glue("grid_steps", f"{task[\'steps\']}")' in _text(cells, "code")
+
+
+def test_sensitivity_verdict_is_symmetric_and_accounts_for_the_seed_spread(cells):
+    code = _text(cells, "code")
+    assert "lr_search.compare_sensitivity(" in code and ".neighbour_rise()" in code
+    assert "0.67 *" not in code and "rise_one_step" not in code, "the old one-sided, noise-blind verdict"
+    prose = _text(cells, "markdown")
+    assert "spreads combined" in prose and "below and one above" in prose
+
+
+def test_no_internal_jargon_or_unwritten_chapters(cells):
+    prose = _text(cells, "markdown")
+    assert "first edition" not in prose, "a reader cannot check a 'first edition': say 'an earlier version'"
+    assert "time-series case study" not in prose, "that chapter is not in the book yet"
+    assert "{glue:text}`momentum_old_grid`" in prose
+
+
+def test_no_hyphenated_line_break_in_prose(cells):
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            assert not re.search(r"[A-Za-z]-\n[a-z]", text), f"a word split across lines renders with a space: {text[:60]}"
+
+
+def test_echo_sentence_compares_the_input_probability_with_uniform(cells):
+    code = _text(cells, "code")
+    assert "p_echo > 1.5 / V" in code and "loss_same < math.log(V) < loss_other" in code
+    assert "so the probabilities \"\n" not in code and "stay close to uniform.\" if echo" not in code
+
+
+def test_epsilon_and_clipping_claims_are_exact(cells):
+    prose = _text(cells, "markdown")
+    assert "approaches $\\varepsilon$" not in prose and "falls well below $\\varepsilon$" in prose
+    assert "SGD with momentum at learning rate $\\eta/\\varepsilon$" in prose
+    code = _text(cells, "code")
+    assert "assert abs(eps_step / (tiny / 1e-8) - 1) < 0.01" in code
+    assert 'for bad in (None, float("inf"), float("nan"))' in code
+    assert "assert n_nan == 1 and n_zero == flat.numel() - 1" in code and "assert n_nan == flat.numel()" in code
+    assert "ten steps later the loss is" not in prose, "clip_after_clip is the mean over the 10 steps after the spike"
+
+
+def test_gpu_view_compares_like_with_like(cells):
+    code = _text(cells, "code")
+    assert '"mixed-precision Adam model states per parameter (ZeRO: 2 + 2 + K = 12)"' in code
+    assert "fp32 AdamW model states per parameter (weights + gradients + m, v)" in code
+    assert "assert total_per_param == 16" in code
+    assert 'gpu_view.predicted("AdamW step, fused / foreach time ratio", 1 / predicted_ratio' in code
+    prose = _text(cells, "markdown")
+    assert "8 of them AdamW's own" not in prose, "true only for float32: ZeRO's 16 holds K = 12 of optimizer state"
+    assert "{glue:text}`fp32_states_sum`" in prose and "{glue:text}`step_ratio_sentence`" in prose
+    assert "caches and per-kernel overhead more than\nbandwidth" not in prose

@@ -165,3 +165,31 @@ def test_time_adamw_step(implementation):
     assert len(timing.times) == 3 and timing.median > 0
     with pytest.raises(ValueError, match="implementation"):
         optimizer_cost.time_adamw_step(10, "apex")
+
+
+def test_inf_gradient_zeroes_the_finite_ones_and_makes_the_inf_entry_nan():
+    """The docstring's claim: an inf norm gives coefficient 0, so finite gradients become 0 and only the inf
+    entries NaN (0 * inf); PyTorch does the same."""
+    ours = _params(4)
+    ours[1].grad[2] = math.inf
+    theirs = _copy(ours)
+    assert math.isinf(clipping.clip_grad_norm(ours, 1.0))
+    torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    assert clipping.clip_coefficient(math.inf, 1.0) == 0.0
+    for grads in (ours, theirs):
+        nan = torch.cat([torch.isnan(p.grad).flatten() for p in grads])
+        assert nan.sum() == 1 and torch.isnan(grads[1].grad[2])
+        finite = torch.cat([p.grad.flatten() for p in grads])[~nan]
+        assert (finite == 0).all()
+
+
+def test_nan_gradient_makes_every_gradient_nan():
+    """A NaN norm gives a NaN coefficient, so every gradient becomes NaN; PyTorch does the same."""
+    ours = _params(5)
+    ours[0].grad[1, 1] = math.nan
+    theirs = _copy(ours)
+    assert math.isnan(clipping.clip_grad_norm(ours, 1.0))
+    torch.nn.utils.clip_grad_norm_(theirs, 1.0)
+    assert math.isnan(clipping.clip_coefficient(math.nan, 1.0))
+    for grads in (ours, theirs):
+        assert all(torch.isnan(p.grad).all() for p in grads)

@@ -84,3 +84,37 @@ def test_train_repeating_patterns_learns_and_stops_on_divergence():
     sgd = lambda m, lr: torch.optim.SGD(m.parameters(), lr=lr)  # noqa: E731
     blown = lr_search.train_repeating_patterns(sgd, 1e6, 0, steps=100, d_model=16, n_layers=1, check_every=10)
     assert len(blown) < 100 and not math.isfinite(blown[-1])
+
+
+def _search(finals_by_lr, name="x"):
+    """A GridSearch from given per-seed final losses (lr -> tuple of finals)."""
+    lrs = tuple(sorted(finals_by_lr))
+    score = {lr: sum(v) / len(v) for lr, v in finals_by_lr.items()}
+    best = min(lrs, key=score.get)
+    return lr_search.GridSearch(name=name, lrs=lrs, finals=dict(finals_by_lr), curves={}, best_lr=best,
+                                at_edge=best in (lrs[0], lrs[-1]), added=())
+
+
+def test_neighbour_rise_is_symmetric_and_carries_the_seed_spread():
+    s = _search({0.1: (2.5, 2.7), 0.3: (2.0, 2.1), 0.9: (2.2, 2.2)})
+    rise, spread = s.neighbour_rise()
+    assert rise == pytest.approx((2.6 + 2.2) / 2 - 2.05)  # both neighbours, not the worse one
+    assert spread == pytest.approx((0.2 + 0.0) / 2 + 0.1)
+    diverging = _search({0.1: (2.5, 2.7), 0.3: (2.0, 2.1), 0.9: (2.2, math.inf)})
+    assert diverging.neighbour_rise() == (math.inf, math.inf)
+    with pytest.raises(ValueError, match="edge"):
+        _search({0.1: (1.0,), 0.3: (2.0,), 0.9: (3.0,)}).neighbour_rise()
+
+
+def test_compare_sensitivity_needs_more_than_the_seed_spread():
+    flat = _search({0.1: (2.10, 2.12), 0.3: (2.00, 2.02), 0.9: (2.10, 2.12)})  # rise 0.10, spread 0.04
+    steep = _search({0.1: (2.60, 2.62), 0.3: (2.00, 2.02), 0.9: (2.60, 2.62)})  # rise 0.60, spread 0.04
+    assert lr_search.compare_sensitivity(flat, steep) == "less"
+    assert lr_search.compare_sensitivity(steep, flat) == "more"
+    # the review's case: a difference smaller than the seeds' spreads is no verdict
+    noisy = _search({0.1: (2.30, 2.60), 0.3: (2.20, 2.30), 0.9: (2.30, 2.60)})  # rise 0.20, spread 0.40
+    assert lr_search.compare_sensitivity(flat, noisy) == "about as"
+    diverging = _search({0.1: (2.6, 2.6), 0.3: (2.0, 2.0), 0.9: (math.inf, math.inf)})
+    assert lr_search.compare_sensitivity(flat, diverging) == "less"
+    assert lr_search.compare_sensitivity(diverging, flat) == "more"
+    assert lr_search.compare_sensitivity(diverging, diverging) == "about as"
