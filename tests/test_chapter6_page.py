@@ -131,7 +131,7 @@ def test_epsilon_and_clipping_claims_are_exact(cells):
 
 def test_gpu_view_compares_like_with_like(cells):
     code = _text(cells, "code")
-    assert '"mixed-precision Adam model states per parameter (ZeRO: 2 + 2 + K = 12)"' in code
+    assert '"mixed-precision Adam model states per parameter (ZeRO: 2 + 2 + K bytes, K = 12)"' in code
     assert "fp32 AdamW model states per parameter (weights + gradients + m, v)" in code
     assert "assert total_per_param == 16" in code
     assert 'gpu_view.predicted("AdamW step, fused / foreach time ratio", 1 / predicted_ratio' in code
