@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpuformer_lib.tools.notebooks import (METADATA_KEY, REPO_ROOT, code_cells, code_hash, error_outputs,
-                                           notebook_paths, toc_entries)
+                                           notebook_paths, output_text, toc_entries)
 
 NOTEBOOKS = notebook_paths()
 IDS = [p.name for p in NOTEBOOKS]
@@ -23,13 +23,7 @@ def load(path: Path):
 
 
 def outputs_text(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            parts.append(out.get("text", ""))
-        elif "data" in out:
-            parts.append(str(out["data"].get("text/plain", "")))
-    return "".join(parts)
+    return output_text(cell)
 
 
 def test_chapters_exist():

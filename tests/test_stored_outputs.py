@@ -12,7 +12,7 @@ import re
 import nbformat
 import pytest
 
-from gpuformer_lib.tools.notebooks import notebook_paths
+from gpuformer_lib.tools.notebooks import notebook_paths, output_text
 
 NOTEBOOKS = notebook_paths()
 IDS = [p.name for p in NOTEBOOKS]
@@ -23,14 +23,7 @@ _NEGATIVE_RATE = re.compile(r"(?<![\w.\-])-\d+(?:\.\d+)?\s*[kMGTP]?(?:B/s|FLOP/s
 
 
 def stored_text(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            parts.append(out.get("text", ""))
-        elif "data" in out:
-            parts.append(str(out["data"].get("text/plain", "")))
-            parts.append(re.sub(r"<[^>]+>", " ", str(out["data"].get("text/html", ""))))
-    return "".join(parts)
+    return output_text(cell, html=True)
 
 
 def impossible_lines(text: str) -> list[str]:

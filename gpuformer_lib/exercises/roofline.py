@@ -129,8 +129,7 @@ def check_matmul_time_prediction(predicted_seconds, measured_seconds: float) -> 
                   "while the machine was busier."),
         too_low=("Faster predicted than measured: did you count 2 n^3 FLOPs (n^3 multiply-adds)? If so, the product "
                  "fell short of the best rate: the sweep's best came from another size, a shared machine lent fewer "
-                 "cores this time, or (at small n) fixed costs and the launch overhead dominate. A large product "
-                 "usually reaches 60-90 % of the best rate."),
+                 "cores this time, or (at small n) fixed costs and the launch overhead dominate."),
         why_close=("A large product is compute-bound, so FLOPs over the measured peak predicts it; the gap is how far "
                    "this size falls short of the best size (caches, tile quantisation, a busy machine)."))
 

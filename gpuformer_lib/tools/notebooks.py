@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -102,3 +103,19 @@ def error_outputs(nb: Any) -> list[tuple[int, str]]:
     """(cell index, error name) for every stored error output."""
     return [(i, out.get("ename", "?")) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
             for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def output_text(cell: Any, html: bool = False) -> str:
+    """What a code cell's stored outputs say: streams and text/plain, and with ``html`` the text of
+    text/html outputs too (tags removed), as a reader of the book sees them."""
+    import re
+
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif "data" in out:
+            parts.append(str(out["data"].get("text/plain", "")))
+            if html:
+                parts.append(re.sub(r"<[^>]+>", " ", str(out["data"].get("text/html", ""))))
+    return "".join(parts)
