@@ -243,7 +243,7 @@ MODEL = (
       where="§5.2 Hardware and Schedule",
       quote=("For our base models using the hyperparameters described throughout the paper, each training step "
              "took about 0.4 seconds."),
-      chapters=(5,),
+      chapters=(5, 13),
       note=("A step of the 65 M-parameter base model over 8 GPUs, each with about 1/8 of the batch. Read in the "
             "paper's text as reproduced verbatim in public copies (§5.2).")),
     F(key="transformer-base-training-hours-8xp100", value=12, unit="hours",
@@ -252,7 +252,7 @@ MODEL = (
       url="https://arxiv.org/abs/1706.03762", title="Attention Is All You Need (Vaswani et al., 2017)",
       where="§5.2 Hardware and Schedule",
       quote="We trained the base models for a total of 100,000 steps or 12 hours.",
-      chapters=(5,), note="100,000 steps x 0.4 s = 11.1 hours: the two figures agree."),
+      chapters=(5, 13), note="100,000 steps x 0.4 s = 11.1 hours: the two figures agree."),
     F(key="nanogpt-padded-vocab-size", value=50304, unit="tokens",
       quantity="GPT-2 vocabulary padded to a multiple of 64",
       hardware="not hardware-specific (a shape choice for GPU matrix products)", software="nanoGPT (PyTorch)",
@@ -311,7 +311,7 @@ TRAINING: tuple[F, ...] = (  # chapter 7: the training loop, input pipeline, che
       where="§5.1 Training Data and Batching",
       quote=("Sentence pairs were batched together by approximate sequence length. Each training batch contained a "
              "set of sentence pairs containing approximately 25000 source tokens and 25000 target tokens."),
-      chapters=(7,),
+      chapters=(7, 13),
       note=("Batches sized by tokens, not sentences, and bucketed by length: the token-budget batching of this "
             "chapter. Read in the paper's LaTeX source (training.tex) as reproduced verbatim in public copies.")),
     F(key="packing-padding-share-common-datasets", value=50, unit="%",
@@ -364,7 +364,7 @@ PRECISION: tuple[F, ...] = (  # chapter 8: mixed precision, FP8
       where="Results, Training performance results, NVIDIA DGX-1 (8x V100 16G) table: GPUs 1, batch 2560 tokens "
             "per GPU (tokens/s FP32, mixed precision, speedup)",
       quote="|1       |2560                | 7635                 | 23821                           | 3.12",
-      chapters=(8,),
+      chapters=(8, 13),
       note="Same batch in both modes; the V100's datasheet fp16 tensor-core peak is 8x its fp32 peak (125 / 15.7 "
            "TFLOP/s), so the whole step gains less than its matrix products could: the element-wise work, the "
            "optimizer and data loading do not speed up 8x."),
@@ -600,5 +600,188 @@ MODEL_PARALLEL: tuple[F, ...] = (  # chapter 12: pipeline, tensor, sequence/cont
            "parallelism need not stop at 8."),
 )
 
+_VASWANI = dict(
+    hardware="one machine with 8 NVIDIA P100 GPUs", software="not stated (Tensor2Tensor, TensorFlow, 2017)",
+    url="https://arxiv.org/abs/1706.03762", title="Attention Is All You Need (Vaswani et al., 2017)", chapters=(13,))
+_VASWANI_READ = ("Read in the paper's LaTeX source (training.tex, results.tex) as reproduced verbatim in public copies, "
+                 "e.g. https://huggingface.co/datasets/NPULH/agentskillos-benchmark/blob/main/task_data/"
+                 "document_creation_task2/paper_src/training.tex.")
+_OTT_2018 = dict(
+    hardware="a single machine with 8 GPUs, or 16 such machines (128 GPUs); the abstract does not name the GPU "
+             "(fairseq's README for the paper requires a Volta GPU for --fp16)",
+    software="fairseq (PyTorch), 2018", url="https://arxiv.org/abs/1806.00187v3",
+    title="Ott, Edunov, Grangier and Auli (2018), Scaling Neural Machine Translation (WMT 2018; arXiv:1806.00187)",
+    where="abstract", chapters=(13,))
+_FAIRSEQ_SCALING_NMT = dict(
+    hardware="one machine with 8 GPUs (the README's assumption); --fp16 needs a Volta GPU and CUDA 9.1 or greater",
+    software="fairseq (fairseq-train), commit 2b7c3e4",
+    url="https://github.com/facebookresearch/fairseq/blob/2b7c3e4340f967c08d97be780c20cdacc3db6452/examples/"
+        "scaling_nmt/README.md",
+    title="fairseq: Scaling Neural Machine Translation (Ott et al., 2018), example README",
+    chapters=(13,))
+_NVIDIA_DLE_TRANSFORMER = dict(
+    software="PyTorch NGC container (pytorch-18.12-py3 for the accuracy runs), fairseq-based scripts",
+    url="https://github.com/NVIDIA/DeepLearningExamples/blob/0053b4b88862846fa74df947282a079898d09125/PyTorch/"
+        "Translation/Transformer/README.md",
+    title="NVIDIA DeepLearningExamples: Transformer for PyTorch (README)", chapters=(13,))
+_NVIDIA_DLE_ACCURACY = dict(
+    hardware="NVIDIA DGX-1, 8x Tesla V100 16GB",
+    where="Results, Training accuracy results: table of BLEU and training time, fp32 and mixed precision, after 32 "
+          "epochs (row: GPU count 8)",
+    quote="8 | 28.69 | 28.43 | 446 min | 1896 min")
+_NVIDIA_DLE_ACCURACY_NOTE = (
+    "The same model, data (WMT14 en-de, newstest2014) and 32 epochs in both precisions: mixed precision reached "
+    "28.69 BLEU in 446 min, float32 28.43 in 1896 min, so 1896 / 446 = 4.25x less time with the quality kept "
+    "(0.26 BLEU apart; the table gives one number per precision, and the README's Known issues say the highest "
+    "BLEU reached varies between seeds). "
+    "The README's batch rule: 5120 tokens per GPU in mixed precision; in FP32 2560 with --update-freq 2.")
+
+CASE_TRANSLATION: tuple[F, ...] = (  # chapter 13: case study, translation trained fast with its quality kept
+    # the paper's base and big runs: steps, step time, days
+    F(key="transformer-base-training-steps", value=100000, unit="steps",
+      quantity="optimizer steps of the Transformer base model's training run",
+      where="§5.2 Hardware and Schedule",
+      quote="We trained the base models for a total of 100,000 steps or 12 hours.",
+      note="With transformer-base-batch-tokens (about 25,000 source + 25,000 target tokens a step), about 2.5e9 "
+           "target tokens seen; 100,000 x 0.4 s = 11.1 hours. " + _VASWANI_READ, **_VASWANI),
+    F(key="transformer-big-step-time-8xp100", value=1.0, unit="s",
+      quantity="training step time, Transformer big (batches of about 25,000 source + 25,000 target tokens)",
+      where="§5.2 Hardware and Schedule",
+      quote="step time was 1.0 seconds. The big models were trained for 300,000 steps (3.5 days).",
+      note="2.5x the base model's 0.4 s (transformer-base-step-time-8xp100), on the same 8 GPUs and batches. "
+           + _VASWANI_READ, **_VASWANI),
+    F(key="transformer-big-training-steps", value=300000, unit="steps",
+      quantity="optimizer steps of the Transformer big model's training run",
+      where="§5.2 Hardware and Schedule",
+      quote="The big models were trained for 300,000 steps (3.5 days).",
+      note="300,000 x 1.0 s = 83 hours = 3.5 days: the two figures agree. " + _VASWANI_READ, **_VASWANI),
+    F(key="transformer-big-training-days-8xp100", value=3.5, unit="days",
+      quantity="training time of the Transformer big model, 300,000 steps",
+      where="§5.2 Hardware and Schedule",
+      quote="The big models were trained for 300,000 steps (3.5 days).",
+      note="7x the base model's 12 hours (transformer-base-training-hours-8xp100) for +1.1 BLEU on EN-DE "
+           "(28.4 against 27.3). " + _VASWANI_READ, **_VASWANI),
+    # the quality those runs reached, and how it was decoded
+    F(key="transformer-base-bleu-wmt14-en-de", value=27.3, unit="BLEU",
+      quantity="BLEU of the Transformer base model, WMT 2014 English-to-German (newstest2014)",
+      where="Table 2 (BLEU, EN-DE column; LaTeX source row)",
+      quote="Transformer (base model) & 27.3 & 38.1",
+      note="Decoded with beam search (beam 4, length penalty 0.6) from the average of the last 5 checkpoints "
+           "(§6.1); tokenized BLEU on WMT data, not comparable with a BLEU on the course's English-Chinese "
+           "Tatoeba split. " + _VASWANI_READ, **_VASWANI),
+    F(key="transformer-base-bleu-wmt14-en-fr", value=38.1, unit="BLEU",
+      quantity="BLEU of the Transformer base model, WMT 2014 English-to-French (newstest2014)",
+      where="Table 2 (BLEU, EN-FR column; LaTeX source row)",
+      quote="Transformer (base model) & 27.3 & 38.1",
+      note="English-French had 36 M training sentences against 4.5 M for English-German (§5.1). "
+           + _VASWANI_READ, **_VASWANI),
+    F(key="transformer-big-bleu-wmt14-en-de", value=28.4, unit="BLEU",
+      quantity="BLEU of the Transformer big model, WMT 2014 English-to-German (newstest2014)",
+      where="abstract (the same number is Table 2's Transformer (big) row)",
+      quote="Our model achieves 28.4 BLEU on the WMT 2014 English-to-German translation task",
+      note="Average of the last 20 checkpoints, beam 4, length penalty 0.6 (§6.1). " + _VASWANI_READ,
+      **_VASWANI),
+    F(key="transformer-big-bleu-wmt14-en-fr", value=41.8, unit="BLEU",
+      quantity="BLEU of the Transformer big model, WMT 2014 English-to-French (newstest2014)",
+      where="abstract (the same number is Table 2's Transformer (big) row)",
+      quote="our model establishes a new single-model state-of-the-art BLEU score of 41.8 after training for 3.5 "
+            "days on eight GPUs",
+      note="The paper's §6.1 text still says 41.0 for this model (the figure of the paper's first arXiv "
+           "versions); the abstract and Table 2 of the current version say 41.8. " + _VASWANI_READ, **_VASWANI),
+    F(key="transformer-beam-size", value=4, unit="hypotheses",
+      quantity="beam size used to decode the translation results",
+      where="§6.1 Machine Translation",
+      quote="We used beam search with a beam size of 4 and length penalty \u03b1 = 0.6",
+      note="Chosen on the development set; maximum output length input length + 50, stopping early when "
+           "possible. A beam of 4 runs the decoder on 4 hypotheses per sentence at each step. " + _VASWANI_READ,
+      **_VASWANI),
+    F(key="transformer-length-penalty-alpha", value=0.6, unit="(alpha)",
+      quantity="length penalty alpha of the beam search (GNMT's length normalisation, Wu et al. 2016)",
+      where="§6.1 Machine Translation",
+      quote="We used beam search with a beam size of 4 and length penalty \u03b1 = 0.6",
+      note="Without a length penalty a beam prefers short outputs, whose summed log-probability is less "
+           "negative. " + _VASWANI_READ, **_VASWANI),
+    # the data the paper's 12 hours bought
+    F(key="wmt14-en-de-sentence-pairs", value=4.5, unit="million sentence pairs",
+      quantity="training data of the WMT 2014 English-German task as the paper used it",
+      where="§5.1 Training Data and Batching",
+      quote="We trained on the standard WMT 2014 English-German dataset consisting of about 4.5 million sentence "
+            "pairs.",
+      note="About 150 times the course's 29,155 Tatoeba English-Chinese pairs (shared/data/README.md): the "
+           "paper's 12 hours on 8 GPUs trained on far more data than a CPU preset sees. " + _VASWANI_READ,
+      **{**_VASWANI, "hardware": "not hardware: the size of a data set"}),
+    F(key="transformer-wmt14-en-de-bpe-vocab", value=37000, unit="tokens",
+      quantity="shared source-target byte-pair-encoding vocabulary, WMT 2014 English-German",
+      where="§5.1 Training Data and Batching",
+      quote="which has a shared source-target vocabulary of about 37000 tokens.",
+      note="The width of the output projection and softmax at every target position; English-French used a "
+           "32000 word-piece vocabulary. " + _VASWANI_READ,
+      **{**_VASWANI, "hardware": "not hardware: a tokenizer choice"}),
+    # reduced precision and large batches on 8 and 128 GPUs (Ott et al. 2018)
+    F(key="ott-2018-speedup-8-gpus", value=5, unit="x (nearly)",
+      quantity="training speed-up from reduced precision and large batches on one 8-GPU machine",
+      quote="This paper shows that reduced precision and large batch training can speedup training by nearly 5x "
+            "on a single 8-GPU machine with careful tuning and implementation.",
+      note="Two accelerations together (reduced precision and larger batches), against the authors' own "
+           "baseline on the same machine; the abstract gives the combined figure, not each one's share.",
+      **_OTT_2018),
+    F(key="ott-2018-hours-to-vaswani-bleu-8-gpus", value=5, unit="hours (under)",
+      quantity="time to match Vaswani et al.'s WMT'14 English-German accuracy on 8 GPUs",
+      quote="On WMT'14 English-German translation, we match the accuracy of Vaswani et al. (2017) in under 5 "
+            "hours when training on 8 GPUs",
+      note="A time-to-quality figure: the quality the big model reached in 3.5 days on 8 P100s "
+           "(transformer-big-training-days-8xp100), with reduced precision and large batches.",
+      **_OTT_2018),
+    F(key="ott-2018-bleu-en-de-128-gpus", value=29.3, unit="BLEU",
+      quantity="BLEU on WMT'14 English-German after the 128-GPU run",
+      quote="we obtain a new state of the art of 29.3 BLEU after training for 85 minutes on 128 GPUs",
+      note="Quality rose (against 28.4, transformer-big-bleu-wmt14-en-de) while time fell: larger batches with a "
+           "larger learning rate (fairseq-scaling-nmt-update-freq), not the same recipe run faster.",
+      **_OTT_2018),
+    F(key="ott-2018-minutes-128-gpus", value=85, unit="minutes",
+      quantity="training time to 29.3 BLEU on WMT'14 English-German on 128 GPUs (16 machines of 8)",
+      quote="we obtain a new state of the art of 29.3 BLEU after training for 85 minutes on 128 GPUs",
+      note="16x the GPUs of the 8-GPU run; the 8-GPU run matched 28.4 in under 5 hours "
+           "(ott-2018-hours-to-vaswani-bleu-8-gpus).", **_OTT_2018),
+    F(key="fairseq-scaling-nmt-max-tokens-per-gpu", value=3584, unit="tokens",
+      quantity="batch size per GPU as a token budget (--max-tokens) in the recipe reproducing Ott et al. 2018",
+      where="Training a new model on WMT'16 En-De, step 3 (the fairseq-train command, with --fp16)",
+      quote="--max-tokens 3584",
+      note="Batches sized by tokens, not sentences: 8 GPUs x 3584 = 28,672 tokens per step, about the paper's "
+           "25,000 (transformer-base-batch-tokens).", **_FAIRSEQ_SCALING_NMT),
+    F(key="fairseq-scaling-nmt-update-freq", value=16, unit="micro-batches per step",
+      quantity="gradient accumulation (--update-freq) that simulates 128 GPUs on an 8-GPU machine",
+      where="Training a new model on WMT'16 En-De, after step 3 (training with big batches)",
+      quote="add `--update-freq 16` to simulate training on 8*16=128 GPUs",
+      note="The README adds: increase the learning rate; 0.001 works well for big batches. Accumulation gives "
+           "the large batch's optimisation, not the 128 GPUs' speed: each step runs 16 forward-backward passes.",
+      **_FAIRSEQ_SCALING_NMT),
+    # mixed precision against float32 with the quality measured (NVIDIA's reference Transformer)
+    F(key="nvidia-transformer-8xv100-amp-bleu", value=28.69, unit="BLEU",
+      quantity="BLEU after 32 epochs in mixed precision, Transformer big on WMT14 en-de, 8 GPUs",
+      note=_NVIDIA_DLE_ACCURACY_NOTE, **_NVIDIA_DLE_ACCURACY, **_NVIDIA_DLE_TRANSFORMER),
+    F(key="nvidia-transformer-8xv100-fp32-bleu", value=28.43, unit="BLEU",
+      quantity="BLEU after 32 epochs in float32, Transformer big on WMT14 en-de, 8 GPUs",
+      note=_NVIDIA_DLE_ACCURACY_NOTE, **_NVIDIA_DLE_ACCURACY, **_NVIDIA_DLE_TRANSFORMER),
+    F(key="nvidia-transformer-8xv100-amp-training-minutes", value=446, unit="min",
+      quantity="training time for 32 epochs in mixed precision, Transformer big on WMT14 en-de, 8 GPUs",
+      note=_NVIDIA_DLE_ACCURACY_NOTE, **_NVIDIA_DLE_ACCURACY, **_NVIDIA_DLE_TRANSFORMER),
+    F(key="nvidia-transformer-8xv100-fp32-training-minutes", value=1896, unit="min",
+      quantity="training time for 32 epochs in float32, Transformer big on WMT14 en-de, 8 GPUs",
+      note=_NVIDIA_DLE_ACCURACY_NOTE, **_NVIDIA_DLE_ACCURACY, **_NVIDIA_DLE_TRANSFORMER),
+    F(key="nvidia-transformer-v100-amp-inference-speedup", value=1.76, unit="x",
+      quantity="beam-search translation throughput, mixed precision (fp16) over float32, one GPU",
+      hardware="1 NVIDIA Tesla V100-SXM2-32GB",
+      where="Results, Inference performance results (generate.py --beam 4 --fp16, pytorch-19.03-py3 container, "
+            "a single GPU): columns Mixed precision, FP32, FP16/Mixed speedup",
+      quote="Tesla V100-SXM2-32GB | 6010 | 3414 | 1.76",
+      note="Decoding gains less from fp16 than training does (3.12x on one V100, "
+           "transformer-v100-amp-training-speedup): a beam-search step works on a few tokens per sentence, so "
+           "it is likely bound by memory traffic and launches more than by tensor-core arithmetic. The table does not "
+           "state the unit of 6010 and 3414 (generate.py reports a mean throughput).",
+      **_NVIDIA_DLE_TRANSFORMER),
+)
+
 FIGURES: tuple[F, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
-                          + TRAINING + PRECISION + MEMORY + PROFILING + DATA_PARALLEL + MODEL_PARALLEL)
+                          + TRAINING + PRECISION + MEMORY + PROFILING + DATA_PARALLEL + MODEL_PARALLEL
+                          + CASE_TRANSLATION)
