@@ -1,0 +1,577 @@
+"""The case-study harness: one task trained under a list of cumulative accelerations, and the acceleration
+table it produces, with quality kept.
+
+A case study (chapters 13-15) follows the first seed's five steps (its §4.2.1: assess the resources,
+optimise the model and the data, choose a parallel strategy, monitor, check that quality held) and ends
+with a table of measured speedups (its §4.2.2). This module makes that table honest by construction:
+
+- every row trains the same :class:`Task` from scratch, to the same :class:`Budget` (tokens, or seconds),
+  with the same learning-rate schedule (a function of the budget's progress, not of the step count, so a
+  row whose batches differ still sees the same schedule over the same data);
+- row ``i`` applies accelerations ``1..i`` (:class:`Acceleration`, each a function of the previous
+  :class:`Setting`), so the table reads as a ladder; an acceleration the device cannot run is skipped
+  with its reason, and the next rows go without it;
+- the clock runs only while training (evaluation is outside it) and stops after waiting for the device;
+- quality is measured the same way for every row (float32, evaluation mode), at evenly spaced points, so
+  *time to quality* (the training seconds until the baseline's final quality, within the tolerance, is
+  first reached) is read off the curve;
+- speedup is (time before) / (time after): the baseline's time to quality over the row's. A row whose
+  final quality fell outside ``Task.tolerance`` of the baseline's gets no speedup; the table says why.
+  The seed's own example calls the ratio "time after / time before" (its §4.2.2), which would make an
+  acceleration look like a slowdown.
+
+Several seeds per row give the quality's spread; times are medians over seeds.
+
+The accelerations of :mod:`gpuformer_lib.speed` (precision, TF32, fused attention, compile, the fused
+optimizer) come ready-made from :func:`standard_accelerations`, in speed's order; a task adds its own
+(token-budget batches, say) with :func:`option_step`.
+
+Leaves out: several devices (a data-parallel run is a different program: ``distributed`` and its workers),
+decoding speed (``seq2seq_decoding``), and the task-specific quality metrics (BLEU, accuracy), which a
+task computes after the table from the models the harness can keep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+import numbers
+import statistics
+import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from gpuformer_lib import bench, gpu, speed
+from gpuformer_lib.profiles import DeviceProfile, low_precision_dtype
+
+
+class NonFiniteQualityError(FloatingPointError):
+    """A run's loss or quality became NaN or infinite: its row would be a silent wrong answer."""
+
+
+# --------------------------------------------------------------------------- what a row is built with
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """Everything a row is built with: the speed plan (how the model trains) and the task's own options
+    (how its data is batched, say). Accelerations return a changed copy; nothing is mutated."""
+
+    plan: speed.SpeedPlan = speed.SpeedPlan(dtype=None, tf32=False, fused_attention=False, check_token_ids=True)
+    """The default is the plain baseline: float32, strict matrix products, explicit attention, ids checked."""
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Task-specific choices, read by the task with :meth:`option`."""
+
+    def __post_init__(self):
+        if not isinstance(self.plan, speed.SpeedPlan):
+            raise TypeError(f"plan must be a speed.SpeedPlan, got {type(self.plan).__name__}")
+        object.__setattr__(self, "options", dict(self.options))
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+    def with_plan(self, **fields: Any) -> "Setting":
+        return dataclasses.replace(self, plan=dataclasses.replace(self.plan, **fields))
+
+    def with_options(self, **options: Any) -> "Setting":
+        return dataclasses.replace(self, options={**self.options, **options})
+
+
+@dataclasses.dataclass(frozen=True)
+class Acceleration:
+    """One step of the ladder: a name for the table, what it changes, and when a device cannot run it."""
+
+    name: str
+    apply: Callable[[Setting], Setting]
+    why: str = ""
+    """One line: what it removes (padding, launches, bytes moved, ...)."""
+    skip_reason: Callable[[DeviceProfile, torch.device], str | None] = lambda profile, device: None
+    """Why ``profile`` cannot run it (None: it can)."""
+
+
+def plan_step(name: str, why: str = "", *, skip_reason=None, **plan_fields: Any) -> Acceleration:
+    """An acceleration that changes fields of the speed plan, e.g. ``plan_step('fused AdamW', fused_optimizer=True)``."""
+    speed.SpeedPlan(**{**dataclasses.asdict(speed.SpeedPlan()), **plan_fields})  # unknown or bad fields fail here
+    return Acceleration(name, lambda s: s.with_plan(**plan_fields), why,
+                        skip_reason or (lambda profile, device: None))
+
+
+def option_step(name: str, why: str = "", *, skip_reason=None, **options: Any) -> Acceleration:
+    """An acceleration that sets task options, e.g. ``option_step('token-budget batches', batching='budget')``."""
+    return Acceleration(name, lambda s: s.with_options(**options), why, skip_reason or (lambda profile, device: None))
+
+
+def _no_tf32(profile: DeviceProfile, device: torch.device) -> str | None:
+    return None if profile.tf32 else "TF32 needs an NVIDIA GPU of compute capability 8.0 or newer"
+
+
+def _no_low_precision(profile: DeviceProfile, device: torch.device) -> str | None:
+    if low_precision_dtype(profile) is None:
+        return "no native 16-bit arithmetic on this device: autocast would only add casts"
+    return None
+
+
+def _compile_on_gpu_only(profile: DeviceProfile, device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return ("run on a GPU only: the CPU preset's short budget leaves no room for compiling the forward and "
+                "backward passes (chapter 10's ladder times torch.compile on this device)")
+    return None
+
+
+def standard_accelerations(profile: DeviceProfile) -> list[Acceleration]:
+    """The speed techniques of :mod:`gpuformer_lib.speed`, in its order: 16-bit autocast (bf16, or fp16 with a
+    gradient scaler on a T4), TF32 for what stays in float32, fused attention with the per-step id check
+    off, ``torch.compile`` (GPU only here), the fused AdamW step. CUDA graphs are left out: a task whose
+    batch shapes vary (token budgets) would record a graph per shape."""
+    dtype = low_precision_dtype(profile)
+    name = {torch.bfloat16: "bf16 autocast", torch.float16: "fp16 autocast + loss scaling"}.get(dtype, "16-bit autocast")
+    return [
+        plan_step(name, "matrix products on tensor cores, half the bytes per activation",
+                  skip_reason=_no_low_precision, dtype=dtype),
+        plan_step("TF32 matmuls", "what stays in float32 multiplies on tensor cores", skip_reason=_no_tf32, tf32=True),
+        plan_step("fused attention, no id check", "one attention kernel without the (T, T) scores; no host sync "
+                  "for the token-id range check", fused_attention=True, check_token_ids=False),
+        plan_step("torch.compile", "element-wise chains fused into generated kernels, fewer launches",
+                  skip_reason=_compile_on_gpu_only, compile=True),
+        plan_step("fused AdamW", "the optimizer's update as one kernel per group of tensors", fused_optimizer=True),
+    ]
+
+
+# --------------------------------------------------------------------------- the task
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How much training a row gets: ``tokens`` (what the task counts: tokens or samples) or ``seconds``
+    of training (evaluation not counted). A token budget gives every row the same data, so quality is
+    comparable and time differs; a time budget gives every row the same time, so quality differs."""
+
+    tokens: int | None = None
+    seconds: float | None = None
+
+    def __post_init__(self):
+        if (self.tokens is None) == (self.seconds is None):
+            raise ValueError(f"give exactly one of tokens and seconds, got tokens={self.tokens!r}, seconds={self.seconds!r}")
+        if self.tokens is not None and (isinstance(self.tokens, bool) or not isinstance(self.tokens, numbers.Integral)
+                                        or self.tokens < 1):
+            raise ValueError(f"tokens must be an int >= 1, got {self.tokens!r}")
+        if self.seconds is not None and not (isinstance(self.seconds, numbers.Real) and 0 < self.seconds < math.inf):
+            raise ValueError(f"seconds must be a positive, finite number, got {self.seconds!r}")
+
+    def progress(self, tokens: int, seconds: float) -> float:
+        """How far a run is through its budget, 0 to 1 (the learning-rate schedule's clock)."""
+        done = tokens / self.tokens if self.tokens is not None else seconds / self.seconds
+        return min(1.0, done)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One training task, as the harness needs it. Every callable gets the row's :class:`Setting`."""
+
+    name: str
+    build_model: Callable[[Setting], nn.Module]
+    """A fresh float32 model on the CPU (the harness seeds before the call); built with the plan's
+    construction-time choices (``speed.model_config``)."""
+    batches: Callable[[Setting, int, int], Iterable[Any]]
+    """``batches(setting, seed, epoch)``: one epoch of training batches on the host (each with ``.to``)."""
+    loss_fn: Callable[[nn.Module, Any], tuple[torch.Tensor, Any]]
+    """``loss_fn(model, batch)`` -> (mean loss, count), as ``speed.make_train_step`` takes it."""
+    count: Callable[[Any], int]
+    """Real tokens (or samples) in a host batch, counted on the host: no read-back from the device."""
+    evaluate: Callable[[nn.Module, torch.device], float]
+    """Quality on held-out data (the harness calls it in eval mode, without gradients, in float32)."""
+    quality_name: str
+    higher_is_better: bool
+    tolerance: float
+    """How far (in the quality's units) a row may fall from the baseline's quality and still count as kept."""
+    budget: Budget
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.1
+    """Share of the budget spent warming the learning rate up linearly; then cosine decay to 10 %."""
+    grad_clip: float | None = 1.0
+    evaluations: int = 4
+    """Evaluations spread evenly over the budget (the last at its end): the points of the quality curve."""
+    flops: Callable[[Any], float] | None = None
+    """Model FLOPs of one training step on a host batch (for MFU); None: no MFU column."""
+    unit: str = "tokens"
+
+    def __post_init__(self):
+        if not isinstance(self.budget, Budget):
+            raise TypeError(f"budget must be a case_study.Budget, got {type(self.budget).__name__}")
+        if not (isinstance(self.tolerance, numbers.Real) and 0 <= self.tolerance < math.inf):
+            raise ValueError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
+        if not (isinstance(self.lr, numbers.Real) and self.lr > 0) or not 0 <= self.warmup < 1:
+            raise ValueError(f"need lr > 0 and 0 <= warmup < 1, got lr={self.lr!r}, warmup={self.warmup!r}")
+        if isinstance(self.evaluations, bool) or not isinstance(self.evaluations, int) or self.evaluations < 1:
+            raise ValueError(f"evaluations must be an int >= 1, got {self.evaluations!r}")
+
+    def lr_at(self, progress: float) -> float:
+        """Linear warm-up over the first ``warmup`` of the budget, then cosine decay to 10 % of ``lr``."""
+        if progress < self.warmup:
+            return self.lr * max(progress / self.warmup, 0.01)
+        rest = (progress - self.warmup) / (1 - self.warmup)
+        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(rest, 1.0))))
+
+    def meets(self, quality: float, target: float) -> bool:
+        return quality >= target if self.higher_is_better else quality <= target
+
+
+# --------------------------------------------------------------------------- one run
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One seed of one row: what it trained and how long it took."""
+
+    seed: int
+    steps: int
+    tokens: int
+    seconds: float
+    """Training seconds (the clock stops for evaluation), waiting for the device at each stop."""
+    first_step_seconds: float
+    """The first step alone: compilation, allocator warm-up and first-call costs land here."""
+    curve: tuple[tuple[int, float, float], ...]
+    """(tokens, training seconds, quality) at each evaluation."""
+    peak_bytes: int | None
+    """Peak allocated device memory (CUDA only; None elsewhere)."""
+    flops: float | None
+
+    @property
+    def quality(self) -> float:
+        return self.curve[-1][2]
+
+    @property
+    def step_seconds(self) -> float:
+        """Steady-state seconds per step: the first step left out when there are others."""
+        if self.steps < 2:
+            return self.seconds / max(self.steps, 1)
+        return (self.seconds - self.first_step_seconds) / (self.steps - 1)
+
+    def time_to(self, target: float, higher_is_better: bool) -> float | None:
+        """Training seconds at the first evaluation that meets ``target`` (None: never within the budget)."""
+        for _, seconds, quality in self.curve:
+            if (quality >= target) if higher_is_better else (quality <= target):
+                return seconds
+        return None
+
+
+def _lr(optimizer: torch.optim.Optimizer, value: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = value
+
+
+def train_run(task: Task, setting: Setting, device: torch.device | str, profile: DeviceProfile, seed: int = 0, *,
+              keep_model: bool = False, progress: bool = False) -> tuple[Run, nn.Module | None]:
+    """Train ``task`` once under ``setting`` on ``device``, to the task's budget. Returns the run and, with
+    ``keep_model``, the trained (uncompiled) model."""
+    from gpuformer_lib.device import seed_everything
+    from gpuformer_lib.train import parameter_groups
+
+    device = torch.device(device)
+    plan = setting.plan
+    if plan.cuda_graphs:
+        raise ValueError("the case-study harness does not run CUDA graphs: varying batch shapes would record a graph "
+                         "per shape; drop cuda_graphs from the plan")
+    seed_everything(seed)
+    model = task.build_model(setting).to(device)
+    eager = model  # evaluated directly: a compiled model would recompile for no_grad
+    optimizer = speed.make_adamw(parameter_groups(model, task.weight_decay), plan, lr=task.lr)
+    trained = speed.apply_plan(model, plan, device)
+    on_cuda = device.type == "cuda"
+    step = speed.make_train_step(trained, optimizer, task.loss_fn, dtype=plan.dtype,
+                                 scaler=speed.grad_scaler(plan, device), tf32=plan.tf32 if on_cuda else None,
+                                 normalize_by="tokens", grad_clip=task.grad_clip)
+    budget = task.budget
+    marks = [(i + 1) / task.evaluations for i in range(task.evaluations)]  # where to evaluate, as progress
+    if on_cuda:
+        gpu.reset_peak_memory_stats(device)
+    tokens = steps = 0
+    seconds = first = 0.0
+    flops: float | None = 0.0 if task.flops is not None else None
+    curve: list[tuple[int, float, float]] = []
+    last_loss = None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=budget.tokens or budget.seconds, disable=not progress, desc=task.name, leave=False,
+               unit=task.unit if budget.tokens else "s")
+    epoch = 0
+    done = False
+    while not done:
+        n_in_epoch = 0
+        bench.synchronize(device)
+        started = time.perf_counter()
+        for batch in task.batches(setting, seed, epoch):
+            n_in_epoch += 1
+            _lr(optimizer, task.lr_at(budget.progress(tokens, seconds + time.perf_counter() - started)))
+            out = step([batch.to(device, non_blocking=on_cuda) if hasattr(batch, "to") else batch])
+            last_loss = out.loss
+            tokens += task.count(batch)
+            steps += 1
+            if flops is not None:
+                flops += task.flops(batch)
+            if steps == 1:
+                bench.synchronize(device)
+                first = time.perf_counter() - started
+            now = budget.progress(tokens, seconds + time.perf_counter() - started)
+            bar.n = min(tokens, budget.tokens) if budget.tokens else round(seconds + time.perf_counter() - started, 1)
+            bar.refresh()
+            if now >= marks[len(curve)] or now >= 1.0:
+                bench.synchronize(device)
+                seconds += time.perf_counter() - started
+                curve.append((tokens, seconds, _evaluate(task, eager, device, last_loss)))
+                done = now >= 1.0 or len(curve) == len(marks)
+                if done:
+                    break
+                bench.synchronize(device)
+                started = time.perf_counter()
+        else:
+            bench.synchronize(device)
+            seconds += time.perf_counter() - started
+            if n_in_epoch == 0:
+                raise ValueError(f"task {task.name!r}: batches(setting, seed={seed}, epoch={epoch}) yielded nothing")
+        epoch += 1
+    bar.close()
+    peak = gpu.max_memory_allocated(device) if on_cuda else None
+    run = Run(seed=seed, steps=steps, tokens=tokens, seconds=seconds, first_step_seconds=first, curve=tuple(curve),
+              peak_bytes=peak, flops=flops)
+    return run, (eager if keep_model else None)
+
+
+def _evaluate(task: Task, model: nn.Module, device: torch.device, last_loss) -> float:
+    if last_loss is not None and not bool(torch.isfinite(last_loss)):
+        raise NonFiniteQualityError(f"task {task.name!r}: the training loss became {float(last_loss)}; lower the "
+                                    "learning rate, or check the acceleration this row added (fp16 without a scaler?)")
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        quality = float(task.evaluate(model, device))
+    model.train(was_training)
+    if not math.isfinite(quality):
+        raise NonFiniteQualityError(f"task {task.name!r}: {task.quality_name} = {quality}")
+    return quality
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of the acceleration table: the accelerations up to here, and its runs (one per seed)."""
+
+    name: str
+    setting: Setting
+    runs: tuple[Run, ...] = ()
+    skipped: str | None = None
+    """Why the acceleration this row adds could not run here (the row then repeats nothing and is not timed)."""
+    mfu: float | None = None
+
+    @property
+    def quality(self) -> float:
+        return statistics.fmean(r.quality for r in self.runs)
+
+    @property
+    def quality_spread(self) -> float:
+        """Largest minus smallest quality over the seeds (0 with one seed)."""
+        values = [r.quality for r in self.runs]
+        return max(values) - min(values)
+
+    @property
+    def step_seconds(self) -> float:
+        return statistics.median(r.step_seconds for r in self.runs)
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(r.seconds for r in self.runs)
+
+    @property
+    def rate(self) -> float:
+        """Tokens (or samples) per training second, median over seeds."""
+        return statistics.median(r.tokens / r.seconds for r in self.runs)
+
+    @property
+    def peak_bytes(self) -> int | None:
+        peaks = [r.peak_bytes for r in self.runs if r.peak_bytes is not None]
+        return max(peaks) if peaks else None
+
+    def time_to(self, target: float, higher_is_better: bool) -> float | None:
+        """Median over seeds of the time to ``target``; None if any seed missed it."""
+        times = [r.time_to(target, higher_is_better) for r in self.runs]
+        return None if any(t is None for t in times) else statistics.median(times)
+
+
+@dataclasses.dataclass(frozen=True)
+class AccelerationTable:
+    """The rows, the baseline's quality and the verdicts. Shows as HTML in a notebook, as text elsewhere."""
+
+    task: str
+    unit: str
+    quality_name: str
+    higher_is_better: bool
+    tolerance: float
+    device: str
+    rows: tuple[Row, ...]
+
+    @property
+    def baseline(self) -> Row:
+        return self.rows[0]
+
+    @property
+    def measured(self) -> list[Row]:
+        return [r for r in self.rows if r.skipped is None]
+
+    @property
+    def target(self) -> float:
+        """The quality a row must reach: the baseline's, less the tolerance."""
+        sign = -1 if self.higher_is_better else 1
+        return self.baseline.quality + sign * self.tolerance
+
+    def kept_quality(self, row: Row) -> bool:
+        return (row.quality >= self.target) if self.higher_is_better else (row.quality <= self.target)
+
+    def time_to_quality(self, row: Row) -> float | None:
+        return row.time_to(self.target, self.higher_is_better)
+
+    def speedup(self, row: Row) -> float | None:
+        """The baseline's time to quality over the row's; None when the row lost quality or never reached it."""
+        if row.skipped is not None or not self.kept_quality(row):
+            return None
+        before, after = self.time_to_quality(self.baseline), self.time_to_quality(row)
+        if before is None or after is None:
+            return None
+        return bench.speedup(before, after)
+
+    def verdict(self, row: Row) -> str:
+        """The speedup in words, or why there is none."""
+        if row.skipped is not None:
+            return f"skipped: {row.skipped}"
+        if not self.kept_quality(row):
+            gap = abs(row.quality - self.baseline.quality)
+            return (f"no speedup reported: {self.quality_name} {row.quality:.3f} is {gap:.3f} "
+                    f"{'below' if self.higher_is_better else 'above'} the baseline's {self.baseline.quality:.3f}, "
+                    f"outside the tolerance of {self.tolerance:g}")
+        value = self.speedup(row)
+        if value is None:
+            return "no speedup reported: the baseline's quality was not reached within the budget on every seed"
+        return f"{value:.2f}x"
+
+    @property
+    def final(self) -> Row:
+        """The last row that ran: every acceleration this device could run."""
+        return self.measured[-1]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One plain dict per row (for JSON, a DataFrame or a test)."""
+        out = []
+        for row in self.rows:
+            measured = row.skipped is None
+            ttq = self.time_to_quality(row) if measured else None
+            out.append({
+                "step": row.name, "skipped": row.skipped,
+                "step_ms": 1e3 * row.step_seconds if measured else None,
+                "rate": row.rate if measured else None,
+                "peak_mib": row.peak_bytes / 2**20 if measured and row.peak_bytes is not None else None,
+                "mfu": row.mfu, "quality": row.quality if measured else None,
+                "quality_spread": row.quality_spread if measured else None,
+                "seconds": row.seconds if measured else None, "time_to_quality": ttq,
+                "speedup": self.speedup(row), "verdict": self.verdict(row), "seeds": len(row.runs),
+            })
+        return out
+
+    _HEAD = ("step", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (seed spread)", "time to quality",
+             "speedup")
+
+    def _cells(self) -> list[list[str]]:
+        lines = []
+        for r in self.records():
+            if r["skipped"]:
+                lines.append([r["step"], "—", "—", "—", "—", "—", "—", self.verdict(self.rows[len(lines)])])
+                continue
+            lines.append([
+                r["step"], f"{r['step_ms']:.1f} ms", f"{r['rate']:,.0f}",
+                "—" if r["peak_mib"] is None else f"{r['peak_mib']:,.0f} MiB",
+                "—" if r["mfu"] is None else f"{100 * r['mfu']:.1f} %",
+                f"{r['quality']:.3f} (±{r['quality_spread'] / 2:.3f})",
+                "not reached" if r["time_to_quality"] is None else f"{r['time_to_quality']:.1f} s",
+                r["verdict"]])
+        return lines
+
+    def header(self) -> list[str]:
+        return [h.format(unit=self.unit, quality=self.quality_name) for h in self._HEAD]
+
+    def caption(self) -> str:
+        seeds = len(self.baseline.runs)
+        better = "higher" if self.higher_is_better else "lower"
+        return (f"{self.task} on {self.device}: each row adds one acceleration to the rows above; {seeds} seed"
+                f"{'' if seeds == 1 else 's'} per row (times are medians). Quality: {self.quality_name} ({better} is "
+                f"better), kept if within {self.tolerance:g} of the baseline's {self.baseline.quality:.3f}. Speedup = "
+                "the baseline's training time to that quality / the row's.")
+
+    def __str__(self) -> str:
+        rows = [self.header()] + self._cells()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        text = [self.caption()]
+        for r in rows:
+            text.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        return "\n".join(text)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header())
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>" for cells in self._cells())
+        return (f"<table><caption>{html.escape(self.caption())}</caption><thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table>")
+
+
+def cumulative_settings(baseline: Setting, accelerations: Sequence[Acceleration], profile: DeviceProfile,
+                        device: torch.device | str) -> list[tuple[str, Setting, str | None]]:
+    """(name, setting, skip reason) per row: the baseline, then each acceleration applied on top of the
+    rows before it; one the device cannot run leaves the setting as it was."""
+    device = torch.device(device)
+    rows = [("baseline", baseline, None)]
+    setting = baseline
+    for acc in accelerations:
+        if not isinstance(acc, Acceleration):
+            raise TypeError(f"accelerations must be case_study.Acceleration, got {type(acc).__name__}")
+        reason = acc.skip_reason(profile, device)
+        if reason is None:
+            setting = acc.apply(setting)
+        rows.append(("+ " + acc.name, setting, reason))
+    return rows
+
+
+def run_case_study(task: Task, accelerations: Sequence[Acceleration], *, device: torch.device | str,
+                   profile: DeviceProfile, baseline: Setting | None = None, seeds: Sequence[int] = (0,),
+                   peak_flops: Callable[[Setting], float] | None = None, keep_models: bool = False,
+                   progress: bool = True, device_name: str | None = None) -> tuple[AccelerationTable, dict[str, nn.Module]]:
+    """Train ``task`` under the baseline and each cumulative acceleration, ``seeds`` times each, and return the
+    table and (with ``keep_models``) the first seed's trained model of each row that ran, by row name.
+
+    ``peak_flops(setting)``: the device's peak for the row's format, for MFU (which :func:`bench.mfu` refuses
+    above 100 %); None leaves MFU out. ``device_name``: how the table names the device."""
+    if not seeds:
+        raise ValueError("need at least one seed")
+    rows: list[Row] = []
+    models: dict[str, nn.Module] = {}
+    for name, setting, reason in cumulative_settings(baseline or Setting(), accelerations, profile, device):
+        if reason is not None:
+            rows.append(Row(name, setting, skipped=reason))
+            continue
+        runs = []
+        for seed in seeds:
+            run, model = train_run(task, setting, device, profile, seed, keep_model=keep_models and not runs,
+                                   progress=progress)
+            runs.append(run)
+            if model is not None:
+                models[name] = model
+        mfu = None
+        if peak_flops is not None and task.flops is not None:
+            peak = peak_flops(setting)
+            mfu = statistics.median(bench.mfu(r.flops / r.steps, r.step_seconds, peak) for r in runs)
+        rows.append(Row(name, setting, tuple(runs), mfu=mfu))
+    table = AccelerationTable(task=task.name, unit=task.unit, quality_name=task.quality_name,
+                              higher_is_better=task.higher_is_better, tolerance=task.tolerance,
+                              device=device_name or str(torch.device(device)), rows=tuple(rows))
+    return table, models
