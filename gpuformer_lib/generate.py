@@ -5,7 +5,7 @@ at a time, each step seeing all tokens so far); sampling from a ``DecoderLM`` wi
 top-k; corpus BLEU with sacrebleu (its ``zh`` tokenizer splits Chinese into characters); perplexity.
 
 Leaves out: beam search and key-value caching (each step recomputes the prefix: simple, and fine for
-the short sentences of the course; chapter 10 discusses the cost).
+the short sentences of the course; chapter 10 discusses the cost; ``seq2seq_decoding`` adds both).
 """
 
 from __future__ import annotations
