@@ -388,6 +388,11 @@ class Row:
         return statistics.median(r.seconds for r in self.runs)
 
     @property
+    def steps(self) -> int:
+        """Optimizer steps, median over seeds (rows whose batches differ take different numbers of steps)."""
+        return round(statistics.median(r.steps for r in self.runs))
+
+    @property
     def rate(self) -> float:
         """Tokens (or samples) per training second, median over seeds."""
         return statistics.median(r.tokens / r.seconds for r in self.runs)
@@ -471,6 +476,7 @@ class AccelerationTable:
             ttq = self.time_to_quality(row) if measured else None
             out.append({
                 "step": row.name, "skipped": row.skipped,
+                "steps": row.steps if measured else None,
                 "step_ms": 1e3 * row.step_seconds if measured else None,
                 "rate": row.rate if measured else None,
                 "peak_mib": row.peak_bytes / 2**20 if measured and row.peak_bytes is not None else None,
@@ -481,17 +487,17 @@ class AccelerationTable:
             })
         return out
 
-    _HEAD = ("step", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (seed spread)", "time to quality",
+    _HEAD = ("step", "steps", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (seed spread)", "time to quality",
              "speedup")
 
     def _cells(self) -> list[list[str]]:
         lines = []
         for r in self.records():
             if r["skipped"]:
-                lines.append([r["step"], "—", "—", "—", "—", "—", "—", self.verdict(self.rows[len(lines)])])
+                lines.append([r["step"], "—", "—", "—", "—", "—", "—", "—", self.verdict(self.rows[len(lines)])])
                 continue
             lines.append([
-                r["step"], f"{r['step_ms']:.1f} ms", f"{r['rate']:,.0f}",
+                r["step"], str(r["steps"]), f"{r['step_ms']:.1f} ms", f"{r['rate']:,.0f}",
                 "—" if r["peak_mib"] is None else f"{r['peak_mib']:,.0f} MiB",
                 "—" if r["mfu"] is None else f"{100 * r['mfu']:.1f} %",
                 f"{r['quality']:.3f} (±{r['quality_spread'] / 2:.3f})",
