@@ -181,7 +181,7 @@ _LABEL = re.compile(r"^\[default(\d+)\]:")
 _NOISE = ("*****", "Setting OMP_NUM_THREADS")
 
 
-WORKERS = ("data_parallel", "model_parallel")
+WORKERS = ("data_parallel", "model_parallel", "translation")
 """The workers chapters 11 and 12 launch, modules of :mod:`gpuformer_lib.workers`."""
 
 
