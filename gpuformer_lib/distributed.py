@@ -182,7 +182,7 @@ _NOISE = ("*****", "Setting OMP_NUM_THREADS")
 
 
 WORKERS = ("data_parallel", "model_parallel", "translation")
-"""The workers chapters 11 and 12 launch, modules of :mod:`gpuformer_lib.workers`."""
+"""The workers chapters 11, 12 and 13 launch, modules of :mod:`gpuformer_lib.workers`."""
 
 
 def worker_path(name: str) -> Path:
@@ -245,7 +245,7 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
     if not script.is_file():
         raise FileNotFoundError(f"no script {script}: the workers live in files (a function defined in a notebook "
                                 "cell cannot be started in another process); the course's are "
-                                "worker_path('data_parallel') and worker_path('model_parallel')")
+                                "worker_path('data_parallel'), worker_path('model_parallel') and worker_path('translation')")
     backend = backend or default_backend()
     nproc = default_world_size() if nproc is None else int(nproc)
     if backend == "nccl":

@@ -1,4 +1,4 @@
-"""The distributed workers of chapters 11 and 12: modules that torchrun starts once per process.
+"""The distributed workers of chapters 11, 12 and 13: modules that torchrun starts once per process.
 
 A worker must live in a file every process can import (a function defined in a notebook cell cannot
 be started in another process). These ship inside the package, so they run wherever the library is
