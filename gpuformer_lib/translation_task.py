@@ -163,3 +163,128 @@ def translation_task(prepared: TranslationData, run: RunSize, *, budget: case_st
         evaluate=lambda model, device: validation_loss(model, val, device), quality_name="validation loss (nats)",
         higher_is_better=False, tolerance=tolerance, budget=budget, lr=run.lr, weight_decay=0.01, warmup=0.1,
         grad_clip=1.0, evaluations=evaluations, flops=flops, unit="target tokens")
+
+
+# --------------------------------------------------------------------------- chapter 13's sizes and predictions
+
+
+@dataclasses.dataclass(frozen=True)
+class CasePlan:
+    """How much chapter 13 trains and evaluates on a device: the token budget of every row, the seeds per
+    row, the quality tolerance (nats of validation loss), the evaluations per run, the validation pairs
+    the quality is measured on (None: all) and the test sentences decoded for BLEU and chrF."""
+
+    budget_tokens: int
+    seeds: tuple[int, ...]
+    tolerance: float
+    evaluations: int
+    val_pairs: int | None
+    test_sentences: int
+
+
+def case_plan(profile, preset) -> CasePlan:
+    """Chapter 13's plan for ``profile`` (``profiles.DeviceProfile``) and ``preset`` (``device.SizePreset``).
+
+    - rehearsal (a GPU profile at toy sizes on the CPU): only the code paths matter; 8,000 target tokens,
+      one seed, 2 evaluations, so the whole notebook stays within CI's time;
+    - ``cpu``: 40,000 target tokens a row (about 11 s for the fp32 baseline at ~3,900 tokens/s on a 2-core
+      CPU), one seed; tolerance 0.1 nats, above the 0.056-nat spread of three baseline seeds measured when
+      this was set (the chapter measures its own spread again);
+    - ``gpu`` (A100/H100): 2,000,000 target tokens, seeds 0-2, tolerance 0.05 nats;
+    - ``gpu-small`` (T4): 1,000,000 target tokens, seeds 0-1, tolerance 0.05 nats.
+    """
+    from gpuformer_lib.device import PRESET_NAMES
+
+    if getattr(preset, "name", None) not in PRESET_NAMES:
+        raise ValueError(f"preset must be a device.SizePreset named one of {PRESET_NAMES}, got {preset!r}")
+    if getattr(profile, "rehearsal", False) or getattr(preset, "toy", False):
+        return CasePlan(budget_tokens=8_000, seeds=(0,), tolerance=0.1, evaluations=2, val_pairs=200,
+                        test_sentences=60)
+    if preset.name == "cpu":
+        return CasePlan(budget_tokens=40_000, seeds=(0,), tolerance=0.1, evaluations=4, val_pairs=500,
+                        test_sentences=300)
+    if preset.name == "gpu-small":
+        return CasePlan(budget_tokens=1_000_000, seeds=(0, 1), tolerance=0.05, evaluations=8, val_pairs=None,
+                        test_sentences=1_000)
+    return CasePlan(budget_tokens=2_000_000, seeds=(0, 1, 2), tolerance=0.05, evaluations=8, val_pairs=None,
+                    test_sentences=2_000)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPrediction:
+    """One row of the predicted table: the step's matrix-product FLOPs (padding included) at a compute roof."""
+
+    row: str
+    flops: float
+    """FLOPs of one step as the GPU computes it: the real tokens' FLOPs over (1 - padding share)."""
+    ceiling: float
+    """The roof the step's matrix products run at (FLOP/s)."""
+
+    @property
+    def seconds(self) -> float:
+        return self.flops / self.ceiling
+
+
+def predicted_steps(useful_flops: float, padding_random: float, padding_budget: float, gpu: str,
+                    low_precision: torch.dtype) -> list[StepPrediction]:
+    """The acceleration ladder of chapter 13 predicted at the compute roof of ``gpu`` (``gpu_view`` names):
+    a step that does ``useful_flops`` of real tokens' arithmetic, padded to ``padding_random`` (share of
+    padded target slots with random batches) or ``padding_budget`` (with token-budget batches).
+
+    Rows: fp32 on CUDA cores; TF32 tensor cores (where the GPU has them); ``low_precision`` (bf16 or fp16)
+    tensor cores; then token-budget batches, which remove most of padding's arithmetic: a step computes
+    useful / (1 - padding) FLOPs, so its time falls by the factor (1 - padding_budget) / (1 - padding_random).
+
+    A lower bound on each step's time: it leaves out memory-bound kernels (softmax, layer norm, the
+    optimizer), launches and the host, which the measured table includes. Ratios between rows are the
+    prediction to compare; absolute times are the roof's."""
+    from gpuformer_lib import gpu_view
+
+    if not (isinstance(useful_flops, (int, float)) and useful_flops > 0):
+        raise ValueError(f"useful_flops must be a positive number, got {useful_flops!r}")
+    for name, value in (("padding_random", padding_random), ("padding_budget", padding_budget)):
+        if not (isinstance(value, (int, float)) and 0 <= value < 1):
+            raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
+    padded = useful_flops / (1 - padding_random)
+    rows = [StepPrediction("baseline (fp32, CUDA cores)", padded,
+                           gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=False))]
+    if gpu_view.datasheet(gpu).tf32 is not None:
+        rows.append(StepPrediction("+ TF32 matmuls", padded, gpu_view.compute_ceiling(gpu, torch.float32,
+                                                                                      tensor_cores=True)))
+    low = gpu_view.compute_ceiling(gpu, low_precision, tensor_cores=True)
+    name = "bf16" if low_precision == torch.bfloat16 else "fp16"
+    rows.append(StepPrediction(f"+ {name} autocast", padded, low))
+    rows.append(StepPrediction("+ token-budget batches", useful_flops / (1 - padding_budget), low))
+    return rows
+
+
+_FIXES = (  # profile category (bench.time_by_category) -> the words of the table rows that address it, in order
+    ("matrix products", ("autocast", "TF32")),
+    ("attention", ("fused attention",)),
+    ("loss (log-softmax, NLL)", ("autocast",)),
+    ("optimizer", ("fused AdamW",)),
+    ("element-wise, norms, copies", ("torch.compile",)),
+    ("copies", ("token-budget",)),  # a GPU's host-to-device copies: fewer padded slots to copy
+)
+
+
+def bottleneck(times: dict[str, float]) -> tuple[str, float]:
+    """The category that took the most time in a profile (``bench.time_by_category``'s dict) and its share
+    of the total (0-1)."""
+    if not times or any(not v >= 0 for v in times.values()) or sum(times.values()) <= 0:
+        raise ValueError(f"times must map categories to times >= 0 with a positive total, got {times!r}")
+    top = max(times, key=times.get)
+    return top, times[top] / sum(times.values())
+
+
+def fix_for(category: str, row_names: Sequence[str]) -> str | None:
+    """The first row of the acceleration table (by name) whose acceleration addresses ``category``; None
+    when no row does."""
+    for name, words in _FIXES:
+        if name == category:
+            for word in words:
+                for row in row_names:
+                    if word.lower() in row.lower():
+                        return row
+            return None
+    raise ValueError(f"unknown profile category {category!r}; known: {[n for n, _ in _FIXES]}")

@@ -1,0 +1,119 @@
+"""Checks for the exercises of the case studies (chapter 13: translation, end to end and fast).
+
+- :func:`check_token_budget_prediction`: predict-then-measure; the speedup in real tokens per second that
+  token-budget batches bring, predicted from the padding shares measured before and after, graded against
+  the acceleration table's measured rates.
+- :func:`check_refusal_diagnosis`: diagnosis; the learner's ``diagnose(records, spread)`` says, for each row
+  the table refused, whether the quality it lost is larger than the seed-to-seed spread (a real loss) or
+  not (noise a stricter tolerance than the noise allows would refuse anyway).
+- :func:`check_kv_cache_flop_prediction`: predict-then-measure; the ratio of decoding FLOPs without and
+  with the KV cache for a number of steps, graded against ``seq2seq_decoding.decode_work``'s count.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from gpuformer_lib.exercises._core import CheckResult, _report, _safe_check, _try
+
+
+def check_token_budget_prediction(predicted, measured: float, *, padding_random: float,
+                                  padding_budget: float) -> CheckResult:
+    """Grade a predicted speedup (real target tokens per second, token-budget batches over random ones) against
+    the one measured in the acceleration table, given the padding shares (0-1) measured for both batchings."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    for name, value in (("padding_random", padding_random), ("padding_budget", padding_budget)):
+        if not 0 <= value < 1:
+            raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
+    return grade_prediction(
+        predicted, measured, quantity="speedup of token-budget batches (real tokens per second)", unit="x",
+        within=1.35, measured_by="the acceleration table measured",
+        too_high=("A step does not only compute on padded slots: the optimizer's update, the embedding and the "
+                  "host's work cost the same whatever the padding, so removing padding speeds up only the part "
+                  "of the step that scales with the padded shape."),
+        too_low=(f"If a step's time follows its padded tokens, real tokens per step rise from a share "
+                 f"{1 - padding_random:.2f} of the slots to {1 - padding_budget:.2f}: the speedup is the ratio of "
+                 "the real shares, (1 - padding after) / (1 - padding before), not the difference of the padding "
+                 "shares."),
+        why_close=("Time per step follows the padded shape, so real tokens per second grow by the ratio of the "
+                   "real shares. What remains of the gap: the parts of a step that do not scale with the shape "
+                   "(optimizer, launches), attention's cost growing with the square of a batch's length, and a "
+                   "busy machine's noise."))
+
+
+def _reference_diagnosis(records: Sequence[Mapping], spread: float) -> dict[str, str]:
+    out = {}
+    base = records[0]["quality"]
+    for r in records[1:]:
+        if r["skipped"] or r["speedup"] is not None or r["quality"] is None:
+            continue
+        if not str(r["verdict"]).startswith("no speedup reported: validation") and "outside the tolerance" not in \
+                str(r["verdict"]):
+            continue  # not refused for quality (the target was never reached on a seed)
+        out[r["step"]] = "lost quality" if abs(r["quality"] - base) > spread else "noise"
+    return out
+
+
+def _toy_records() -> tuple[list[dict], float]:
+    """A small table's records (as ``AccelerationTable.records()`` gives them) with one row of each kind."""
+    def row(step, quality, speedup, verdict, skipped=None):
+        return {"step": step, "skipped": skipped, "quality": quality, "speedup": speedup, "verdict": verdict}
+
+    refused = "no speedup reported: validation loss (nats) {q:.3f} is {g:.3f} above the baseline's 4.000, " \
+              "outside the tolerance of 0.01"
+    return [row("baseline", 4.0, 1.0, "1.00x"),
+            row("+ a", 4.02, None, refused.format(q=4.02, g=0.02)),
+            row("+ b", 4.3, None, refused.format(q=4.3, g=0.3)),
+            row("+ c", None, None, "skipped: no GPU", skipped="no GPU"),
+            row("+ d", 3.99, 1.5, "1.50x")], 0.06
+
+
+@_safe_check
+def check_refusal_diagnosis(diagnose: Callable[[list, float], dict], records: Sequence[Mapping],
+                            spread: float) -> CheckResult:
+    """``diagnose(records, spread)`` -> {row name: "noise" or "lost quality"} for each row the table refused
+    for its quality (skipped rows and rows with a speedup left out). Checked on a small table first, then on
+    ``records`` (``AccelerationTable.records()``) with ``spread``, the seed-to-seed spread measured."""
+    for recs, spr, where in (_toy_records() + ("a small example table",), (list(records), spread, "this page's table")):
+        got, err = _try(diagnose, [dict(r) for r in recs], spr)
+        if err:
+            return _report(False, err)
+        if not isinstance(got, dict):
+            return _report(False, f"diagnose should return a dict {{row name: 'noise' or 'lost quality'}}, got "
+                                  f"{type(got).__name__}")
+        want = _reference_diagnosis(recs, spr)
+        if set(got) != set(want):
+            extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+            return _report(False, f"On {where}: rows refused for quality are {sorted(want)}; you named "
+                                  f"{sorted(got)} (extra {extra}, missing {missing}). A refused row has no speedup "
+                                  "(None) and is not skipped; the baseline is never refused.")
+        for name, word in want.items():
+            if got[name] != word:
+                return _report(False, f"On {where}: row {name!r} lost {abs(recs[[r['step'] for r in recs].index(name)]['quality'] - recs[0]['quality']):.3f} "
+                                      f"nats against a seed-to-seed spread of {spr:.3f}: that is '{word}', not "
+                                      f"{got[name]!r}. Compare the gap to the baseline with the spread that "
+                                      "training the same row with another seed gives.")
+    return _report(True, "A refused row is a claim about quality, and a claim needs its noise: a gap smaller than "
+                         "what another seed gives is not evidence that the acceleration hurt. That is why the "
+                         "tolerance must sit above the measured spread, and why the GPU presets train several "
+                         "seeds per row.")
+
+
+def check_kv_cache_flop_prediction(predicted, measured: float, *, steps: int) -> CheckResult:
+    """Grade a predicted ratio of decoding FLOPs (without the KV cache / with it) for ``steps`` decoding steps
+    against ``seq2seq_decoding.decode_work``'s count."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted, measured, quantity=f"decoding FLOPs without / with the KV cache over {steps} steps", unit="x",
+        within=1.4, measured_by="seq2seq_decoding.decode_work counted",
+        too_high=("Without the cache, step t runs the decoder (and the output layer) on all t tokens: 1 + 2 + ... "
+                  "+ S = S (S + 1) / 2 token-passes against S with it, a ratio of about (S + 1) / 2, not S or S^2. "
+                  "The cache does not remove the per-token work of the newest token, only the prefix's."),
+        too_low=("Without the cache every step recomputes the whole prefix: step t costs t token-passes of the "
+                 "decoder and of the output layer, so S steps cost S (S + 1) / 2 against S: about (S + 1) / 2, "
+                 "growing with S."),
+        why_close=("The ratio is about (S + 1) / 2: the prefix recomputed at every step. decode_work counts a little "
+                   "more than that without the cache: the encoder memory's keys and values are projected again at "
+                   "every step (once with the cache), and attention's own cost grows as t^2 per step."))

@@ -1,0 +1,95 @@
+"""Chapter 13's exercise checks (gpuformer_lib.exercises.case_studies) and the plan and predictors it uses
+(translation_task.case_plan, predicted_steps, bottleneck, fix_for): right answers pass, wrong ones fail with
+the hint that explains the gap."""
+
+import pytest
+import torch
+
+from gpuformer_lib import gpu_view, translation_task
+from gpuformer_lib.device import SizePreset
+from gpuformer_lib.exercises.case_studies import (check_kv_cache_flop_prediction, check_refusal_diagnosis,
+                                                   check_token_budget_prediction)
+from gpuformer_lib.profiles import PROFILES
+from gpuformer_lib.seq2seq_decoding import decode_work
+from gpuformer_lib.model import TransformerConfig
+
+
+def test_token_budget_prediction_passes_the_ratio_of_real_shares_and_explains_misses():
+    measured = (1 - 0.07) / (1 - 0.45) * 0.95  # a step that does not scale fully with the shape
+    right = check_token_budget_prediction((1 - 0.07) / (1 - 0.45), measured, padding_random=0.45, padding_budget=0.07)
+    assert right.passed
+    diff = check_token_budget_prediction(1 + 0.45 - 0.07, 3.0, padding_random=0.45, padding_budget=0.07)
+    assert not diff.passed and "ratio of" in diff.message
+    assert not check_token_budget_prediction(None, measured, padding_random=0.45, padding_budget=0.07).passed
+    with pytest.raises(ValueError):
+        check_token_budget_prediction(1.5, 1.5, padding_random=1.2, padding_budget=0.07)
+
+
+def _diagnose(records, spread):
+    base = records[0]["quality"]
+    return {r["step"]: ("lost quality" if abs(r["quality"] - base) > spread else "noise") for r in records[1:]
+            if not r["skipped"] and r["speedup"] is None}
+
+
+def test_refusal_diagnosis_compares_the_gap_with_the_seed_spread():
+    records = [{"step": "baseline", "skipped": None, "quality": 4.5, "speedup": 1.0, "verdict": "1.00x"},
+               {"step": "+ x", "skipped": None, "quality": 4.53, "speedup": None,
+                "verdict": "no speedup reported: validation loss (nats) 4.530 is 0.030 above the baseline's 4.500, "
+                           "outside the tolerance of 0"}]
+    assert check_refusal_diagnosis(_diagnose, records, 0.06).passed
+    assert not check_refusal_diagnosis(lambda r, s: {"+ x": "lost quality"}, records, 0.06).passed  # toy and this
+    every_loss = lambda recs, s: {k: "lost quality" for k in _diagnose(recs, s)}
+    result = check_refusal_diagnosis(every_loss, records, 0.06)
+    assert not result.passed and "spread" in result.message
+    assert not check_refusal_diagnosis(lambda r, s: None, records, 0.06).passed
+
+
+def test_kv_cache_prediction_accepts_half_the_steps_plus_one_and_rejects_the_square():
+    config = TransformerConfig(vocab_size=2000, src_vocab_size=3000, d_model=128, n_heads=4, n_encoder_layers=2,
+                               n_decoder_layers=2, d_ff=256, max_len=24)
+    steps = 23
+    measured = decode_work(config, 64, 12, steps).ratio
+    assert check_kv_cache_flop_prediction((steps + 1) / 2, measured, steps=steps).passed
+    miss = check_kv_cache_flop_prediction(steps ** 2, measured, steps=steps)
+    assert not miss.passed and "(S + 1) / 2" in miss.message
+    assert not check_kv_cache_flop_prediction(1.0, measured, steps=steps).passed
+
+
+def test_case_plan_sizes_per_preset_and_refuses_a_bad_preset():
+    cpu, rehearsed = PROFILES["cpu"], PROFILES["t4"]
+    plan = translation_task.case_plan(cpu, SizePreset("cpu", "test"))
+    assert (plan.budget_tokens, plan.seeds, plan.tolerance, plan.evaluations) == (40_000, (0,), 0.1, 4)
+    toy = translation_task.case_plan(rehearsed, SizePreset("gpu-small", "test", toy=True))
+    assert toy.budget_tokens < plan.budget_tokens and toy.seeds == (0,)
+    assert translation_task.case_plan(rehearsed, SizePreset("gpu-small", "test")).seeds == (0, 1)
+    big = translation_task.case_plan(PROFILES["h100-80gb"], SizePreset("gpu", "test"))
+    assert big.budget_tokens == 2_000_000 and big.seeds == (0, 1, 2) and big.tolerance == 0.05
+    with pytest.raises(ValueError, match="SizePreset"):
+        translation_task.case_plan(cpu, "cpu")
+
+
+def test_predicted_steps_follow_the_roofs_and_the_padding():
+    rows = translation_task.predicted_steps(1e12, 0.45, 0.07, "H100 SXM", torch.bfloat16)
+    by = {r.row: r for r in rows}
+    fp32 = by["baseline (fp32, CUDA cores)"]
+    assert fp32.flops == pytest.approx(1e12 / 0.55)
+    assert fp32.seconds == pytest.approx(1e12 / 0.55 / gpu_view.compute_ceiling("H100 SXM", torch.float32,
+                                                                                 tensor_cores=False))
+    assert by["+ bf16 autocast"].seconds < by["+ TF32 matmuls"].seconds < fp32.seconds
+    assert by["+ bf16 autocast"].seconds / by["+ token-budget batches"].seconds == pytest.approx(0.93 / 0.55)
+    t4 = [r.row for r in translation_task.predicted_steps(1e12, 0.45, 0.07, "T4", torch.float16)]
+    assert "+ TF32 matmuls" not in t4 and "+ fp16 autocast" in t4  # a T4 has no TF32
+    with pytest.raises(ValueError):
+        translation_task.predicted_steps(1e12, 1.0, 0.07, "T4", torch.float16)
+
+
+def test_bottleneck_and_its_fix():
+    assert translation_task.bottleneck({"attention": 3.0, "matrix products": 1.0}) == ("attention", 0.75)
+    rows = ["baseline", "+ token-budget batches", "+ bf16 autocast", "+ fused attention, no id check", "+ fused AdamW"]
+    assert translation_task.fix_for("attention", rows) == "+ fused attention, no id check"
+    assert translation_task.fix_for("matrix products", rows) == "+ bf16 autocast"
+    assert translation_task.fix_for("element-wise, norms, copies", rows) is None
+    with pytest.raises(ValueError):
+        translation_task.fix_for("nonsense", rows)
+    with pytest.raises(ValueError):
+        translation_task.bottleneck({})
