@@ -58,7 +58,7 @@ def test_kv_cache_prediction_accepts_half_the_steps_plus_one_and_rejects_the_squ
 def test_case_plan_sizes_per_preset_and_refuses_a_bad_preset():
     cpu, rehearsed = PROFILES["cpu"], PROFILES["t4"]
     plan = translation_task.case_plan(cpu, SizePreset("cpu", "test"))
-    assert (plan.budget_tokens, plan.seeds, plan.tolerance, plan.evaluations) == (40_000, (0,), 0.1, 4)
+    assert (plan.budget_tokens, plan.seeds, plan.tolerance, plan.evaluations) == (32_000, (0,), 0.1, 4)
     toy = translation_task.case_plan(rehearsed, SizePreset("gpu-small", "test", toy=True))
     assert toy.budget_tokens < plan.budget_tokens and toy.seeds == (0,)
     assert translation_task.case_plan(rehearsed, SizePreset("gpu-small", "test")).seeds == (0, 1)

@@ -1,0 +1,99 @@
+"""Chapter 13's page (the translation case study) keeps the house rules: every number in the prose glued from the
+cell that measured it, every verdict word chosen from its value, no share or utilisation above 100 %, the
+acceleration table with its speedup column, the GPU view's three kinds, and three exercises with hidden
+solutions."""
+
+import re
+
+import notebook_pages as pages
+
+cells = pages.cells_fixture("13_translation_case_study.ipynb")
+
+
+def _outputs(cells):
+    return pages.outputs(cells, mimes=("text/plain", "text/html"))
+
+
+def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
+    pages.assert_glues_match(cells)
+
+
+def test_no_stored_share_or_utilisation_above_100_percent(cells):
+    text = _outputs(cells)
+    for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", text):
+        assert float(match.group(1)) <= 100, text[max(0, match.start() - 80): match.end()]
+    code = pages.text(cells, "code")
+    assert code.count("bench.check_fraction(") >= 4  # padding shares, profile shares, MFU, the DP share
+
+
+def test_the_acceleration_table_is_shown_with_its_speedup_column(cells):
+    html = pages.outputs(cells, mimes=("text/html",))
+    assert "<th>speedup</th>" in html and "<th>time to quality</th>" in html
+    assert "baseline" in html and "+ token-budget batches" in html
+    code = pages.text(cells, "code")
+    assert "table.records()" in code and "table.speedup(table.final)" in code
+    prose = pages.text(cells, "markdown")
+    assert "time after / time before" not in prose  # the seed's upside-down ratio is named only to be corrected
+    assert r"\frac{\text{time to quality before}}{\text{time to quality after}}" in prose
+
+
+def test_verdict_words_agree_with_the_glued_values(cells):
+    g = pages.glued(cells)
+    # the data-parallel sentence
+    ratio = float(re.search(r"\((\d+\.\d+)x on", g["dp_words"]).group(1))
+    expected = "faster" if ratio > 1.1 else "slower" if ratio < 0.9 else "about as fast"
+    assert g["dp_words"].startswith(expected), g["dp_words"]
+    # the tolerance against the measured seed spread
+    spread, tolerance = float(g["spread"]), float(g["tolerance"])
+    assert g["tolerance_words"].startswith("larger") == (tolerance > spread), (spread, tolerance)
+    # the final row's speedup, read from the table the page stored
+    m = re.search(r"(\d+\.\d+)x", g["speed_words"])
+    if m:
+        value = float(m.group(1))
+        word = "sooner" if value > 1.1 else "slower" if value < 0.9 else "about as long"
+        assert word in g["speed_words"], g["speed_words"]
+        assert abs(float(g["upside_down"]) - 1 / value) < 0.02  # the seed's ratio is the inverse
+    # the KV cache: time against FLOPs
+    measured, flops = float(g["decode_speedup"].rstrip("x")), float(g["decode_flops_ratio"].rstrip("x"))
+    words = g["decode_words"]
+    if measured < 0.8 * flops:
+        assert "less" in words
+    elif measured > 1.25 * flops:
+        assert "more" in words
+    else:
+        assert "follows" in words
+    # the bottleneck named is the largest category the profile printed
+    profile = next(o for o in _outputs(cells).split("\n") if o.startswith("bottleneck: "))
+    assert g["top_category"] in profile
+
+
+def test_the_split_leaks_nothing_and_the_baselines_are_scored(cells):
+    g = pages.glued(cells)
+    assert int(g["leaked"]) > 0  # the random split by pair does leak
+    code = pages.text(cells, "code")
+    assert "assert clean == 0" in code
+    assert float(g["retrieval_bleu"]) > float(g["trivial_bleu"])
+
+
+def test_gpu_view_has_its_three_kinds(cells):
+    html = pages.outputs(cells, mimes=("text/html",))
+    for kind in ("measured", "predicted", "published"):
+        assert f"gpuview-{kind}" in html, kind
+    for gpu in ("T4", "H100"):
+        assert gpu in html
+    code = pages.text(cells, "code")
+    assert "translation_task.predicted_steps(" in code and 'gpu_view.published(key)' in code
+
+
+def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
+    solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert len(solutions) >= 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+    code = pages.text(cells, "code")
+    for check in ("check_token_budget_prediction", "check_refusal_diagnosis", "check_kv_cache_flop_prediction"):
+        assert f"assert {check}(" in code
+    assert "torch.utils.bottleneck" not in code  # the profiler, not the dated wrapper
+
+
+def test_prose_length(cells):
+    words = len(pages.text(cells, "markdown").split())
+    assert words >= 2000, words
