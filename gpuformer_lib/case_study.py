@@ -252,10 +252,19 @@ class Run:
         return (self.seconds - self.first_step_seconds) / (self.steps - 1)
 
     def time_to(self, target: float, higher_is_better: bool) -> float | None:
-        """Training seconds at the first evaluation that meets ``target`` (None: never within the budget)."""
+        """Training seconds until ``target`` was first met (None: never within the budget). Between the last
+        evaluation that missed it and the first that met it, the time is interpolated linearly in quality
+        (the first evaluation's time if that one met it already): evaluations are a few points of a curve,
+        and reading only them would round every time up to the next evaluation."""
+        before = None  # (seconds, quality) of the last evaluation that missed the target
         for _, seconds, quality in self.curve:
-            if (quality >= target) if higher_is_better else (quality <= target):
-                return seconds
+            met = (quality >= target) if higher_is_better else (quality <= target)
+            if met:
+                if before is None or quality == before[1]:
+                    return seconds
+                share = (target - before[1]) / (quality - before[1])
+                return before[0] + min(max(share, 0.0), 1.0) * (seconds - before[0])
+            before = (seconds, quality)
         return None
 
 
@@ -460,6 +469,9 @@ class AccelerationTable:
                     f"outside the tolerance of {self.tolerance:g}")
         value = self.speedup(row)
         if value is None:
+            if self.time_to_quality(self.baseline) is None:
+                return ("no speedup reported: the baseline itself did not reach the target on every seed (a tolerance "
+                        "below the seeds' spread)")
             return "no speedup reported: the baseline's quality was not reached within the budget on every seed"
         return f"{value:.2f}x"
 
@@ -484,10 +496,11 @@ class AccelerationTable:
                 "quality_spread": row.quality_spread if measured else None,
                 "seconds": row.seconds if measured else None, "time_to_quality": ttq,
                 "speedup": self.speedup(row), "verdict": self.verdict(row), "seeds": len(row.runs),
+                "refused_for_quality": measured and not self.kept_quality(row),
             })
         return out
 
-    _HEAD = ("step", "steps", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (seed spread)", "time to quality",
+    _HEAD = ("step", "steps", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (range over seeds)", "time to quality",
              "speedup")
 
     def _cells(self) -> list[list[str]]:
@@ -500,7 +513,7 @@ class AccelerationTable:
                 r["step"], str(r["steps"]), f"{r['step_ms']:.1f} ms", f"{r['rate']:,.0f}",
                 "—" if r["peak_mib"] is None else f"{r['peak_mib']:,.0f} MiB",
                 "—" if r["mfu"] is None else f"{100 * r['mfu']:.1f} %",
-                f"{r['quality']:.3f} (±{r['quality_spread'] / 2:.3f})",
+                f"{r['quality']:.4f}" + ("" if r["seeds"] == 1 else f" (range {r['quality_spread']:.4f})"),
                 "not reached" if r["time_to_quality"] is None else f"{r['time_to_quality']:.1f} s",
                 r["verdict"]])
         return lines

@@ -135,13 +135,16 @@ def test_speedup_is_time_before_over_time_after_and_refused_when_quality_is_lost
     table = _table([base, faster, reached_early, worse, skipped])
     assert table.target == pytest.approx(1.05)
     assert table.speedup(base) == 1.0
-    assert table.speedup(faster) == pytest.approx(8.0 / 2.0)
-    assert table.speedup(reached_early) == pytest.approx(8.0 / 1.0)  # reached the target at its first evaluation
+    # interpolated: the baseline meets 1.05 at 4 + (1.05 - 2.0) / (1.0 - 2.0) * 4 = 7.8 s, the fast row at
+    # 1 + (1.05 - 1.9) / (1.02 - 1.9) * 1 = 1.966 s
+    assert table.time_to_quality(base) == pytest.approx(7.8)
+    assert table.speedup(faster) == pytest.approx(7.8 / (1 + 0.85 / 0.88))
+    assert table.speedup(reached_early) == pytest.approx(7.8 / 1.0)  # reached the target at its first evaluation
     assert table.speedup(worse) is None and "outside the tolerance of 0.05" in table.verdict(worse)
     assert table.verdict(skipped).startswith("skipped: TF32")
     assert table.final is worse  # the last row that ran
     text, page = str(table), table._repr_html_()
-    assert "4.00x" in text and "no speedup reported" in text and "<table>" in page and "time to quality" in page
+    assert "3.97x" in text and "no speedup reported" in text and "<table>" in page and "time to quality" in page
     higher = dataclasses.replace(table, higher_is_better=True)
     assert higher.target == pytest.approx(0.95) and higher.kept_quality(worse)
 
@@ -184,6 +187,8 @@ def test_harness_end_to_end_keeps_models_reports_mfu_and_refuses_a_broken_step()
     records = table.records()
     assert records[3]["speedup"] is None and "no speedup reported" in records[3]["verdict"]
     assert records[2]["step_ms"] is None and records[0]["speedup"] == 1.0
+    assert records[3]["refused_for_quality"] and not records[1]["refused_for_quality"]
+    assert "range" in str(table)  # two seeds: the quality's range is shown
 
 
 def test_impossible_mfu_fails():
@@ -201,3 +206,12 @@ def test_non_finite_quality_fails_with_a_message():
 def test_cuda_graphs_are_refused():
     with pytest.raises(ValueError, match="graph per shape"):
         cs.train_run(toy_task(), cs.Setting().with_plan(compile=True, cuda_graphs=True), "cpu", CPU)
+
+
+def test_a_tolerance_below_the_seed_spread_is_named_as_the_reason():
+    base = cs.Row("baseline", cs.Setting(), (_run([(100, 8.0, 1.0)]), _run([(100, 9.0, 1.2)])))  # mean 1.1
+    other = cs.Row("+ x", cs.Setting(), (_run([(100, 2.0, 1.05)]), _run([(100, 2.0, 1.05)])))
+    table = _table([base, other], tolerance=0.0)
+    assert table.time_to_quality(base) is None  # the worse seed never reaches the mean
+    assert "the baseline itself did not reach the target" in table.verdict(other)
+    assert not table.records()[1]["refused_for_quality"]
