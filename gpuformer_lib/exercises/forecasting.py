@@ -1,0 +1,101 @@
+"""Checks for the exercises of chapter 15 (case study: stock prices and forecasting).
+
+- :func:`check_patch_attention_prediction`: predict-then-measure; the ratio of attention's FLOPs between two
+  patch lengths (the token count falls as the patch grows, attention's cost with its square), graded against
+  ``forecasting.attention_flops``'s count; the notebook then measures the time ratio beside it.
+- :func:`check_trailing_mean`: diagnosis; a feature that read the future (a centred moving average) rewritten
+  so that a forecast made at time t uses only values before t, checked with ``forecasting.check_no_lookahead``
+  and against a brute-force reference.
+- :func:`check_ewma_half_life_prediction`: predict-then-measure; after how many days an EWMA of squared returns
+  has given half of its weight to the past, graded against the value measured from
+  ``forecasting.ewma_volatility``'s response to a single shock.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from gpuformer_lib.exercises._core import CheckResult, _report, _safe_check, _try
+
+
+def check_patch_attention_prediction(predicted, counted: float, *, short_patch: int, long_patch: int,
+                                     context: int) -> CheckResult:
+    """Grade a predicted ratio of attention FLOPs (patches of ``short_patch`` over patches of ``long_patch`` on a
+    window of ``context`` steps) against the count."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted, counted, quantity=f"attention FLOPs, patches of {short_patch} / patches of {long_patch}", unit="x",
+        within=1.3, measured_by="forecasting.attention_flops counted",
+        too_high=("Attention's two matrix products cost about N^2 D each for N tokens: the ratio is the square of the "
+                  "ratio of the token counts, and a window of L steps cut into patches of P (no overlap, plus "
+                  "PatchTST's padding patch) gives about L / P + 1 tokens, not L / P^2."),
+        too_low=("The token count falls as 1 / P, and attention's cost falls as the square of the token count: "
+                 "the ratio is (N_short / N_long)^2, not N_short / N_long."),
+        why_close=("Attention scales with the square of the token count; the projections and the feed-forward "
+                   "layers scale only linearly, so the measured time ratio of a whole layer is smaller than this "
+                   "FLOP ratio, the more so the shorter the sequence."))
+
+
+def _reference_trailing_mean(series: np.ndarray, t: int, k: int) -> float:
+    return float(np.mean(np.asarray(series, dtype=np.float64)[t - k:t]))
+
+
+@_safe_check
+def check_trailing_mean(trailing_mean: Callable[[np.ndarray, int, int], float]) -> CheckResult:
+    """``trailing_mean(series, t, k)``: the mean of the ``k`` values strictly before time ``t``, the level a
+    forecast made at ``t`` may use. Checked for look-ahead and against a brute-force mean."""
+    from gpuformer_lib.forecasting import check_no_lookahead
+
+    rng = np.random.default_rng(0)
+    series = np.cumsum(rng.normal(size=200))
+    for t, k in ((50, 5), (120, 24), (199, 10)):
+        got, err = _try(trailing_mean, series, t, k)
+        if err:
+            return _report(False, err)
+        try:
+            check_no_lookahead(lambda s, when: np.asarray(trailing_mean(s, when, k), dtype=np.float64), series, t)
+        except AssertionError:
+            return _report(False, f"At t={t} your feature changed when the values from t on were changed: it reads "
+                                  "the future. A centred window (t - k/2 .. t + k/2) is what a smoothing plot uses, "
+                                  "not what a forecast made at t knows; take the k values before t, series[t-k:t].")
+        want = _reference_trailing_mean(series, t, k)
+        if not np.isclose(float(got), want, rtol=1e-9, atol=1e-9):
+            return _report(False, f"At t={t}, k={k} the mean of series[t-k:t] is {want:.6f}, you returned "
+                                  f"{float(got):.6f}. Check the window's ends: the k values before t, t excluded.")
+    return _report(True, "A feature may use only what was known when the forecast is made. Centred windows, "
+                         "statistics of the whole series (a mean or standard deviation that includes the test "
+                         "period) and targets shifted the wrong way all leak, and a leak makes a model look better "
+                         "on paper than it can ever be in use. check_no_lookahead catches all three by changing "
+                         "the future and watching the features.")
+
+
+def ewma_half_life(lam: float, horizon: int = 200) -> int:
+    """Days after a single shock until an EWMA of squared returns (decay ``lam``) has lost half of the shock's
+    effect, measured on ``forecasting.ewma_volatility``: the first day the shock's share of the variance is at
+    most half its share on the day after the shock."""
+    from gpuformer_lib.forecasting import ewma_volatility
+
+    r = np.zeros(horizon)
+    r[1] = 1.0  # a quiet day, then one shock: the variance first sees it on day 2
+    var = ewma_volatility(r, lam) ** 2
+    first = var[2]  # (1 - lam) * shock^2
+    return int(np.argmax(var[2:] <= first / 2))  # whole days: ln(1/2) / ln(lam) rounded up
+
+
+def check_ewma_half_life_prediction(predicted, measured: float, *, lam: float) -> CheckResult:
+    """Grade a predicted half-life (days) of an EWMA with decay ``lam`` against the one measured."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted, measured, quantity=f"half-life of an EWMA with decay {lam}", unit="days", within=1.25,
+        measured_by="ewma_volatility's response to one shock measured",
+        too_high=(f"Each day multiplies the weight of everything older by {lam}; half is gone after n days when "
+                  f"{lam}^n = 1/2, n = ln(1/2) / ln({lam}). 1 / (1 - {lam}) is the average age of the weights, "
+                  "longer than the half-life."),
+        too_low=(f"The weight falls by a factor {lam} a day, not by {1 - lam}: n = ln(1/2) / ln({lam})."),
+        why_close=(f"ln(1/2) / ln({lam}): about two weeks of trading for RiskMetrics' 0.94. That memory is why the "
+                   "EWMA beats the historical mean on volatility: volatility clusters over days to weeks, and "
+                   "the EWMA forgets the calm (or the storm) of last year."))
