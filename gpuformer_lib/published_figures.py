@@ -782,6 +782,64 @@ CASE_TRANSLATION: tuple[F, ...] = (  # chapter 13: case study, translation train
       **_NVIDIA_DLE_TRANSFORMER),
 )
 
+_PATCHTST = dict(
+    hardware="not stated in the README (the paper's experiments)", software="the authors' PyTorch code (PatchTST_supervised)",
+    url="https://github.com/yuqinie98/PatchTST", title="PatchTST (ICLR 2023): official implementation, README",
+    chapters=(15,))
+_LTSF_LINEAR = dict(
+    hardware="not stated in the README", software="the authors' PyTorch code (LTSF-Linear)",
+    url="https://github.com/cure-lab/LTSF-Linear",
+    title="Are Transformers Effective for Time Series Forecasting? (AAAI 2023): official implementation, README",
+    chapters=(15,))
+
+FORECASTING: tuple[F, ...] = (  # chapter 15: case study, stock prices and a forecasting benchmark
+    F(key="patchtst-64-mse-reduction", value=21.0, unit="%",
+      quantity="overall MSE reduction of PatchTST/64 against the best Transformer-based forecasters, supervised",
+      where="Results, Supervised Learning",
+      quote="PatchTST/64 achieves an overall **21.0%** reduction on MSE",
+      note="Over the long-horizon benchmarks of Nie et al. 2023 (Weather, Traffic, Electricity, ILI, ETT); "
+           "the README adds that it 'also outperforms other non-Transformer-based models like DLinear'. "
+           "The benchmarks' data, horizons (96-720 steps) and look-back windows are not this chapter's.",
+      **_PATCHTST),
+    F(key="patchtst-64-mae-reduction", value=16.7, unit="%",
+      quantity="overall MAE reduction of PatchTST/64 against the best Transformer-based forecasters, supervised",
+      where="Results, Supervised Learning",
+      quote="PatchTST/64 achieves an overall **21.0%** reduction on MSE and **16.7%** reduction",
+      note="The same comparison as patchtst-64-mse-reduction, in mean absolute error.", **_PATCHTST),
+    F(key="ltsf-linear-default-lookback", value=336, unit="time steps",
+      quantity="default look-back window of the LTSF-Linear (Linear, NLinear, DLinear) scripts",
+      where="Getting Started, Training Example",
+      quote="The default look-back window in scripts is 336, LTSF-Linear generally achieves better results with "
+            "longer look-back window as dicussed in the paper.",
+      note="Chapter 15's window is also 336 steps: one week of half-hours. ('dicussed' is the README's spelling.)",
+      **_LTSF_LINEAR),
+)
+
+_ESM2 = dict(
+    hardware="not stated in the abstract", software="the authors' ESM-2 / ESMFold code (fair-esm)",
+    url="https://www.biorxiv.org/content/10.1101/2022.07.20.500902v2.full",
+    title="Lin et al. 2022/2023, Evolutionary-scale prediction of atomic level protein structure with a language model "
+          "(bioRxiv 2022.07.20.500902v2; Science 2023)", where="Abstract", chapters=(14,))
+
+PROTEINS: tuple[F, ...] = (  # chapter 14: case study, protein sequences
+    F(key="esm2-largest-parameters", value=15, unit="billion parameters",
+      quantity="parameters of the largest ESM-2 protein language model",
+      quote="we train models up to 15B parameters, the largest language model of proteins to date",
+      note="A masked (encoder) language model trained on UniRef sequences; chapter 14's causal model is a few "
+           "hundred thousand parameters on 20,000 proteins.", **_ESM2),
+    F(key="esmfold-speedup-vs-sota", value=60, unit="x",
+      quantity="speed of ESMFold's structure prediction against the state of the art (AlphaFold2 with MSAs), at most",
+      quote="This results in prediction that is up to 60x faster than state-of-the-art while maintaining resolution "
+            "and accuracy.",
+      note="An inference speedup from dropping the multiple-sequence-alignment search, not a training speedup.",
+      **_ESM2),
+    F(key="esm-atlas-structures-millions", value=617, unit="million structures",
+      quantity="predicted structures of metagenomic proteins in the ESM Metagenomic Atlas",
+      quote="This is the first large-scale structural characterization of metagenomic proteins, with more than 617 "
+            "million structures.",
+      note="What a sequence-only model's speed made possible at scale.", **_ESM2),
+)
+
 FIGURES: tuple[F, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
                           + TRAINING + PRECISION + MEMORY + PROFILING + DATA_PARALLEL + MODEL_PARALLEL
-                          + CASE_TRANSLATION)
+                          + CASE_TRANSLATION + PROTEINS + FORECASTING)
