@@ -273,10 +273,20 @@ def _lr(optimizer: torch.optim.Optimizer, value: float) -> None:
         group["lr"] = value
 
 
-def train_run(task: Task, setting: Setting, device: torch.device | str, profile: DeviceProfile, seed: int = 0, *,
-              keep_model: bool = False, progress: bool = False) -> tuple[Run, nn.Module | None]:
-    """Train ``task`` once under ``setting`` on ``device``, to the task's budget. Returns the run and, with
-    ``keep_model``, the trained (uncompiled) model."""
+@dataclasses.dataclass(frozen=True)
+class RowStep:
+    """What a row trains with: the model (uncompiled: evaluate this one), its optimizer, and the training step
+    (``speed.make_train_step``'s, compiled, autocast, scaled as the row's plan says)."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    step: Callable[[list], Any]
+
+
+def row_step(task: Task, setting: Setting, device: torch.device | str, seed: int = 0) -> RowStep:
+    """Build a row's model, optimizer and training step exactly as :func:`train_run` trains them (seeded
+    with ``seed``; AdamW with the task's parameter groups; the plan applied), so that a profile of this
+    step is a profile of the table's. The learning rate is the task's peak; :func:`train_run` schedules it."""
     from gpuformer_lib.device import seed_everything
     from gpuformer_lib.train import parameter_groups
 
@@ -287,13 +297,39 @@ def train_run(task: Task, setting: Setting, device: torch.device | str, profile:
                          "per shape; drop cuda_graphs from the plan")
     seed_everything(seed)
     model = task.build_model(setting).to(device)
-    eager = model  # evaluated directly: a compiled model would recompile for no_grad
     optimizer = speed.make_adamw(parameter_groups(model, task.weight_decay), plan, lr=task.lr)
     trained = speed.apply_plan(model, plan, device)
     on_cuda = device.type == "cuda"
     step = speed.make_train_step(trained, optimizer, task.loss_fn, dtype=plan.dtype,
                                  scaler=speed.grad_scaler(plan, device), tf32=plan.tf32 if on_cuda else None,
                                  normalize_by="tokens", grad_clip=task.grad_clip)
+    return RowStep(model, optimizer, step)
+
+
+def ratio_words(ratio: float, *, margin: float = 1.1, above: str = "faster", below: str = "slower",
+                about: str = "about as fast") -> str:
+    """The word a ratio (before / after, or any "how many times") earns: ``above`` when it is at least
+    ``margin``, ``below`` when at most 1 / ``margin``, ``about`` in between (the noise of one timing on a
+    shared machine). One rule for every verdict of a case study, so the page's words and its tests agree."""
+    if not (isinstance(margin, numbers.Real) and margin >= 1):
+        raise ValueError(f"margin is a ratio of at least 1, got {margin!r}")
+    if not (isinstance(ratio, numbers.Real) and ratio > 0 and math.isfinite(ratio)):
+        raise ValueError(f"ratio must be a positive, finite number, got {ratio!r}")
+    if ratio >= margin:
+        return above
+    if ratio <= 1 / margin:
+        return below
+    return about
+
+
+def train_run(task: Task, setting: Setting, device: torch.device | str, profile: DeviceProfile, seed: int = 0, *,
+              keep_model: bool = False, progress: bool = False) -> tuple[Run, nn.Module | None]:
+    """Train ``task`` once under ``setting`` on ``device``, to the task's budget. Returns the run and, with
+    ``keep_model``, the trained (uncompiled) model."""
+    device = torch.device(device)
+    built = row_step(task, setting, device, seed)
+    eager, optimizer, step = built.model, built.optimizer, built.step
+    on_cuda = device.type == "cuda"
     budget = task.budget
     marks = [(i + 1) / task.evaluations for i in range(task.evaluations)]  # where to evaluate, as progress
     if on_cuda:
@@ -499,6 +535,51 @@ class AccelerationTable:
                 "refused_for_quality": measured and not self.kept_quality(row),
             })
         return out
+
+    def previous_measured(self, row: Row) -> Row | None:
+        """The row measured before ``row`` (skipped rows passed over); None for the baseline."""
+        index = self.rows.index(row)
+        return next((r for r in reversed(self.rows[:index]) if r.skipped is None), None)
+
+    def summary(self, margin: float = 1.1) -> dict[str, Any]:
+        """The table's verdicts as values and words chosen from them (:func:`ratio_words`, ``margin``):
+        the last row's speedup to quality, the throughput ratio first row to last, whether the speedup to
+        quality is more or less than the throughput ratio, and the rows refused for quality.
+
+        Keys: ``final`` (row name), ``speedup`` (None if refused), ``verdict``, ``rate_ratio``, ``speed_words``,
+        ``ttq_words`` (the speedup against the throughput ratio), ``baseline_ttq`` and ``final_ttq`` (seconds
+        to quality, interpolated between evaluations), ``refused``, ``kept`` (row names)."""
+        final, base = self.final, self.baseline
+        value = self.speedup(final)
+        rate_ratio = final.rate / base.rate
+        if value is None:
+            speed_words = f"gets no speedup ({self.verdict(final)})"
+            ttq_words = "not reported, so there is nothing to compare it with"
+        else:
+            word = ratio_words(value, margin=margin, above="sooner", below="slower", about="about as long")
+            speed_words = {"sooner": f"reaches the baseline's quality {value:.2f}x sooner",
+                           "slower": f"is slower to the baseline's quality ({value:.2f}x)",
+                           "about as long": f"takes about as long to the baseline's quality ({value:.2f}x)"}[word]
+            ttq_words = f"{ratio_words(value / rate_ratio, margin=margin, above='more than', below='less than', about='about the same as')} that ({value:.2f}x)"
+        records = self.records()
+        return {"final": final.name, "speedup": value, "verdict": self.verdict(final), "rate_ratio": rate_ratio,
+                "speed_words": speed_words, "ttq_words": ttq_words,
+                "baseline_ttq": self.time_to_quality(base), "final_ttq": self.time_to_quality(final),
+                "refused": [r["step"] for r in records if r["refused_for_quality"]],
+                "kept": [r["step"] for r in records if r["skipped"] is None and r["speedup"] is not None]}
+
+    def gain(self, name: str, margin: float = 1.15) -> tuple[float, str, str]:
+        """Throughput of row ``name`` over the row measured before it, that row's name, and the words
+        (:func:`ratio_words`: "a clear gain", "a loss", or within one timing's noise)."""
+        row = next((r for r in self.rows if r.name == name), None)
+        if row is None or row.skipped is not None:
+            raise ValueError(f"{name!r} is not a measured row of this table; rows: {[r.name for r in self.measured]}")
+        before = self.previous_measured(row)
+        if before is None:
+            raise ValueError("the baseline has no row before it to compare with")
+        ratio = row.rate / before.rate
+        return ratio, before.name, ratio_words(ratio, margin=margin, above="a clear gain", below="a loss",
+                                               about="within the noise of one timing on a shared machine")
 
     _HEAD = ("step", "steps", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (range over seeds)", "time to quality",
              "speedup")

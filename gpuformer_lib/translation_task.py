@@ -12,7 +12,8 @@ same pieces step by step; this module is them put together.
 - :func:`validation_loss`: plain cross-entropy per real target token (nats), the quality the table keeps.
 - :func:`translation_task`: the harness's task; its batching option ``"random"`` (a fixed number of
   pairs per step, drawn at random: the baseline) or ``"token_budget"`` (pairs of similar length, as many
-  as fit in a budget of padded tokens chosen to hold as many real tokens per step as the baseline's).
+  as fit in a budget of padded tokens sized so that an epoch takes as many steps as the baseline's:
+  :func:`token_budget`).
 
 Leaves out: the model (``model``), decoding and scoring (``generate``, ``seq2seq_decoding``, ``retrieval``).
 """
@@ -20,6 +21,7 @@ Leaves out: the model (``model``), decoding and scoring (``generate``, ``seq2seq
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 from typing import Sequence
 
@@ -108,21 +110,51 @@ def batches_of(items: Sequence[tuple[Tensor, Tensor]], size: int = 256) -> list[
     return [data.collate_translation(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-def token_budget(lengths: Sequence[int], batch_size: int) -> int:
-    """Padded tokens per token-budget batch that hold about as many real tokens as ``batch_size`` random
-    pairs do: ``batch_size`` times the mean length (bucketing leaves little padding)."""
-    return max(round(batch_size * statistics.fmean(lengths)), max(lengths))
+def _budget_batches(lengths: Sequence[int], max_tokens: int, seed: int, pool_size: int) -> int:
+    sampler = packing.TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, seed=seed, pool_size=pool_size)
+    sampler.set_epoch(0)
+    return sum(1 for _ in sampler)
+
+
+@functools.lru_cache(maxsize=8)
+def _calibrated_budget(lengths: tuple[int, ...], batch_size: int, pool_size: int, seed: int) -> int:
+    random_batches = -(-len(lengths) // batch_size)
+    budget = max(round(batch_size * statistics.fmean(lengths)), max(lengths))  # no padding at all: a first guess
+    best = (abs(_budget_batches(lengths, budget, seed, pool_size) - random_batches), budget)
+    for _ in range(6):  # the batch count falls in steps as the budget grows: a few corrections find the closest
+        n = _budget_batches(lengths, budget, seed, pool_size)
+        best = min(best, (abs(n - random_batches), budget))
+        if n == random_batches:
+            break
+        budget = max(max(lengths), round(budget * n / random_batches))
+    return best[1]
+
+
+def token_budget(lengths: Sequence[int], batch_size: int, *, pool_size: int = 512, seed: int = 0) -> int:
+    """Padded tokens per token-budget batch such that token-budget batches hold about as many **real** tokens
+    as random batches of ``batch_size`` pairs: as many batches per epoch as the random batching has
+    (``ceil(len(lengths) / batch_size)``), so both take about the same number of optimizer steps for the same
+    data and the comparison of their qualities is not confounded by a different number of updates.
+
+    Calibrated on epoch 0 of the sampler (``pool_size``, ``seed``): the first guess, ``batch_size`` times the
+    mean length, leaves out the padding that remains inside sorted pools, so it gives ~10 % more, smaller,
+    batches; the budget is scaled by (batches / random batches) until the counts match (cached per data set)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if not lengths or min(lengths) < 1:
+        raise ValueError("lengths must be a non-empty sequence of lengths >= 1")
+    return _calibrated_budget(tuple(int(n) for n in lengths), batch_size, pool_size, seed)
 
 
 def samplers(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, pool_size: int = 512
              ) -> dict[str, torch.utils.data.Sampler]:
     """The two batchings for one epoch, by name: ``random`` and ``token_budget`` (pairs sorted by length within
     pools of ``pool_size`` shuffled pairs: a smaller pool leaves more padding, a larger one makes the batches
-    less random)."""
+    less random), sized by :func:`token_budget` to take about as many steps per epoch."""
     random_batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(
         range(len(lengths)), generator=torch.Generator().manual_seed(1000 * seed + epoch)), batch_size, drop_last=False)
-    budget = packing.TokenBudgetBatchSampler(lengths, max_tokens=token_budget(lengths, batch_size), seed=seed,
-                                            pool_size=pool_size)
+    budget = packing.TokenBudgetBatchSampler(lengths, max_tokens=token_budget(lengths, batch_size, pool_size=pool_size),
+                                            seed=seed, pool_size=pool_size)
     budget.set_epoch(epoch)
     return {"random": random_batches, "token_budget": budget}
 
@@ -258,6 +290,113 @@ def predicted_steps(useful_flops: float, padding_random: float, padding_budget: 
     rows.append(StepPrediction(f"+ {name} autocast", padded, low))
     rows.append(StepPrediction("+ token-budget batches", useful_flops / (1 - padding_budget), low))
     return rows
+
+
+def step_memory_gib(config, batch_size: int, seq_len: int, *, autocast: bool, fused_attention: bool = True
+                    ) -> tuple[int, float]:
+    """Parameters and predicted GiB of one training step of the encoder-decoder ``config`` (chapter 9's
+    calculator, ``memory.training_memory``: weights, gradients, AdamW's moments and kept activations) on
+    batches of ``batch_size`` pairs of ``seq_len`` tokens, in float32 or with 16-bit autocast.
+
+    The calculator models a decoder-only stack: the encoder-decoder is counted as its encoder and decoder
+    layers stacked, which leaves out the decoder's cross-attention activations (a little low). Build
+    ``config``'s model on the meta device (no memory) when it is large."""
+    from gpuformer_lib import memory
+    from gpuformer_lib.model import count_parameters
+
+    with torch.device("meta"):
+        params = count_parameters(Transformer(config))
+    m = memory.training_memory(params, n_layers=config.n_encoder_layers + config.n_decoder_layers,
+                               d_model=config.d_model, n_heads=config.n_heads, d_ff=config.d_ff, seq_len=seq_len,
+                               batch_size=batch_size, vocab_size=config.vocab_size, autocast=autocast,
+                               activation_bytes=2 if autocast else 4, fused_attention=fused_attention)
+    return params, m.total / 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPrediction:
+    """One row of the measured ladder predicted at a GPU's compute roof: the step's matrix-product FLOPs
+    (padding included) at the roof of the row's format, and the calculator's memory for the row."""
+
+    row: str
+    """The measured table's row name (``case_study.cumulative_settings``)."""
+    flops: float | None
+    ceiling: float | None
+    fmt: str
+    """Where the matrix products run: "fp32 CUDA cores", "TF32 tensor cores", "bf16 tensor cores", ..."""
+    memory_gib: float | None
+    skipped: str | None = None
+    """Why the GPU's profile skips the row (None: it runs)."""
+    roof_unchanged: bool = False
+    """True when the row changes nothing the roof model sees (fusion, compilation, the optimizer's kernel)."""
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.flops is None else self.flops / self.ceiling
+
+
+def predicted_rows(rows: Sequence[tuple[str, case_study.Setting, str | None]], useful_flops: float,
+                   padding_random: float, padding_budget: float, gpu: str, *, config=None,
+                   batch_size: int | None = None, seq_len: int | None = None) -> list[RowPrediction]:
+    """The measured ladder's rows (``case_study.cumulative_settings(...)`` for a GPU's profile: same names,
+    same order) predicted at ``gpu``'s compute roof (``gpu_view`` names).
+
+    A step does ``useful_flops`` of real tokens' arithmetic; with random batches it computes
+    useful / (1 - ``padding_random``) FLOPs, with token-budget batches useful / (1 - ``padding_budget``).
+    Its matrix products run at the roof of the row's format: float32 on CUDA cores (``tf32`` off), TF32
+    tensor cores (``tf32`` on, no autocast), or the autocast dtype's tensor cores. Rows that change none of
+    these (fused attention, ``torch.compile``, the fused AdamW step) have ``roof_unchanged``: they remove
+    memory traffic and launches, which the roof leaves out. A skipped row carries its reason.
+
+    With ``config``, ``batch_size`` and ``seq_len``: each row's predicted memory (:func:`step_memory_gib`).
+    A lower bound on each step's time; ratios between rows are the prediction to compare."""
+    from gpuformer_lib import gpu_view
+
+    if not (isinstance(useful_flops, (int, float)) and useful_flops > 0):
+        raise ValueError(f"useful_flops must be a positive number, got {useful_flops!r}")
+    for name, value in (("padding_random", padding_random), ("padding_budget", padding_budget)):
+        if not (isinstance(value, (int, float)) and 0 <= value < 1):
+            raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
+    out: list[RowPrediction] = []
+    for name, setting, reason in rows:
+        if reason is not None:
+            out.append(RowPrediction(name, None, None, "—", None, skipped=reason))
+            continue
+        plan = setting.plan
+        if plan.dtype is not None:
+            ceiling = gpu_view.compute_ceiling(gpu, plan.dtype, tensor_cores=True)
+            fmt = f"{'bf16' if plan.dtype == torch.bfloat16 else 'fp16'} tensor cores"
+        elif plan.tf32 and gpu_view.datasheet(gpu).tf32 is not None:
+            ceiling, fmt = gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=True), "TF32 tensor cores"
+        else:
+            ceiling, fmt = gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=False), "fp32 CUDA cores"
+        padding = padding_budget if setting.option("batching", "random") == "token_budget" else padding_random
+        flops = useful_flops / (1 - padding)
+        mem = None
+        if config is not None and batch_size and seq_len:
+            mem = step_memory_gib(config, batch_size, seq_len, autocast=plan.dtype is not None,
+                                  fused_attention=plan.fused_attention)[1]
+        last = next((r for r in reversed(out) if r.skipped is None), None)
+        unchanged = last is not None and last.flops == flops and last.ceiling == ceiling
+        out.append(RowPrediction(name, flops, ceiling, fmt, mem, roof_unchanged=unchanged))
+    return out
+
+
+def largest_step(predictions: Sequence[RowPrediction]) -> tuple[str, float]:
+    """The row whose predicted step time falls the most against the row run before it, and that ratio
+    (time before / time after)."""
+    ran = [p for p in predictions if p.skipped is None]
+    if len(ran) < 2:
+        raise ValueError("need at least two rows that run to compare steps")
+    ratios = [(before.seconds / after.seconds, after.row) for before, after in zip(ran, ran[1:])]
+    ratio, row = max(ratios)
+    return row, ratio
+
+
+def step_ratios(predictions: Sequence[RowPrediction]) -> dict[str, float]:
+    """Per row that runs (after the first), its predicted time before / after against the row run before it."""
+    ran = [p for p in predictions if p.skipped is None]
+    return {after.row: before.seconds / after.seconds for before, after in zip(ran, ran[1:])}
 
 
 _FIXES = (  # profile category (bench.time_by_category) -> the words of the table rows that address it, in order

@@ -215,3 +215,53 @@ def test_a_tolerance_below_the_seed_spread_is_named_as_the_reason():
     assert table.time_to_quality(base) is None  # the worse seed never reaches the mean
     assert "the baseline itself did not reach the target" in table.verdict(other)
     assert not table.records()[1]["refused_for_quality"]
+
+
+def test_row_step_is_the_step_train_run_trains():
+    task = toy_task()
+    setting = cs.Setting()
+    built = cs.row_step(task, setting, "cpu", seed=3)
+    # AdamW with the task's parameter groups: weights decayed, biases and norms not
+    decays = sorted({g["weight_decay"] for g in built.optimizer.param_groups})
+    assert decays == [0.0, task.weight_decay]
+    batch = next(iter(task.batches(setting, 3, 0)))
+    first = built.step([batch]).loss.item()
+    again = cs.row_step(task, setting, "cpu", seed=3)  # seeded: the same model, the same first loss
+    assert again.step([batch]).loss.item() == pytest.approx(first)
+    run, model = cs.train_run(task, setting, "cpu", CPU, seed=3, keep_model=True)
+    fresh = cs.row_step(task, setting, "cpu", seed=3).model
+    assert type(model) is type(fresh) and run.steps > 0
+    with pytest.raises(ValueError, match="CUDA graphs"):
+        cs.row_step(task, setting.with_plan(compile=True, cuda_graphs=True), "cpu")
+
+
+def test_ratio_words_choose_from_the_value():
+    assert cs.ratio_words(1.5) == "faster" and cs.ratio_words(0.5) == "slower" and cs.ratio_words(1.05) == "about as fast"
+    assert cs.ratio_words(1.1) == "faster" and cs.ratio_words(1 / 1.1) == "slower"
+    assert cs.ratio_words(1.12, margin=1.15, above="gain") == "about as fast"
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="ratio"):
+            cs.ratio_words(bad)
+    with pytest.raises(ValueError, match="margin"):
+        cs.ratio_words(1.5, margin=0.9)
+
+
+def test_summary_and_gain_words_follow_the_table():
+    base = cs.Row("baseline", cs.Setting(), (_run([(50, 4.0, 2.0), (100, 8.0, 1.00)], seconds=8.0),))
+    fast = cs.Row("+ fast", cs.Setting(), (_run([(50, 1.0, 1.9), (100, 2.0, 1.02)], seconds=2.0),))
+    skipped = cs.Row("+ tf32", cs.Setting(), skipped="TF32 needs a GPU")
+    broken = cs.Row("+ broken", cs.Setting(), (_run([(50, 0.5, 2.5), (100, 1.0, 1.2)], seconds=1.0),))
+    s = _table([base, fast, skipped]).summary()
+    speedup = 7.8 / (1 + 0.85 / 0.88)
+    assert s["final"] == "+ fast" and s["speedup"] == pytest.approx(speedup) and s["rate_ratio"] == pytest.approx(4.0)
+    assert "sooner" in s["speed_words"] and f"{speedup:.2f}x" in s["speed_words"]
+    assert s["ttq_words"].startswith("about the same as")  # 3.97 against 4.0
+    assert s["refused"] == [] and s["kept"] == ["baseline", "+ fast"]
+    assert s["baseline_ttq"] == pytest.approx(7.8)
+    refused = _table([base, fast, skipped, broken]).summary()
+    assert refused["speedup"] is None and refused["refused"] == ["+ broken"] and "no speedup" in refused["speed_words"]
+    table = _table([base, fast, skipped, broken])
+    ratio, before, words = table.gain("+ broken")
+    assert before == "+ fast" and ratio == pytest.approx(2.0) and words == "a clear gain"  # the skipped row passed over
+    with pytest.raises(ValueError, match="not a measured row"):
+        table.gain("+ tf32")

@@ -93,3 +93,34 @@ def test_bottleneck_and_its_fix():
         translation_task.fix_for("nonsense", rows)
     with pytest.raises(ValueError):
         translation_task.bottleneck({})
+
+
+def test_refusal_diagnosis_with_two_seeds_at_tolerance_zero_names_only_rows_refused_for_quality():
+    """The GPU case: with 2 seeds and tolerance 0 the target is the baseline's mean, which its worse seed never
+    reaches, so every row lacks a speedup; only the rows outside the tolerance are refused for quality."""
+    import dataclasses
+
+    from gpuformer_lib import case_study as cs
+
+    def run(seed, final):
+        curve = ((100, 1.0, 5.0), (200, 2.0, final))
+        return cs.Run(seed=seed, steps=2, tokens=200, seconds=2.0, first_step_seconds=0.5, curve=curve,
+                      peak_bytes=None, flops=None)
+
+    rows = (cs.Row("baseline", cs.Setting(), (run(0, 4.00), run(1, 4.06))),
+            cs.Row("+ kept", cs.Setting(), (run(0, 4.00), run(1, 4.04))),   # mean 4.02 <= 4.03: kept, no speedup
+            cs.Row("+ worse", cs.Setting(), (run(0, 4.05), run(1, 4.09))))  # mean 4.07: refused for quality
+    table = cs.AccelerationTable("toy", "tokens", "validation loss (nats)", False, 0.05, "cpu", rows)
+    strict = dataclasses.replace(table, tolerance=0.0)
+    records = strict.records()
+    assert all(r["speedup"] is None for r in records)  # the baseline misses its own mean on one seed
+    assert [r["step"] for r in records if r["refused_for_quality"]] == ["+ worse"]
+    spread = table.baseline.quality_spread
+
+    def solution(records, spread):  # the notebook's solution
+        base = records[0]["quality"]
+        return {r["step"]: "lost quality" if abs(r["quality"] - base) > spread else "noise"
+                for r in records[1:] if r["refused_for_quality"]}
+
+    assert check_refusal_diagnosis(solution, records, spread).passed
+    assert not check_refusal_diagnosis(_diagnose, records, spread).passed  # "speedup is None" names "+ kept" too

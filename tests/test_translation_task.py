@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuformer_lib import case_study as cs, data, translation_task as tt
+from gpuformer_lib import case_study as cs, data, gpu_view, translation_task as tt
 from gpuformer_lib.device import SizePreset
 from gpuformer_lib.model import Transformer
 from gpuformer_lib.model_sizes import translation_run
@@ -33,7 +33,7 @@ def test_token_budget_batches_hold_about_as_many_tokens_with_less_padding(prepar
     for batches in (random_batches, budget_batches):
         assert sorted(i for b in batches for i in b) == list(range(len(lengths)))  # each pair once per epoch
     assert data.padding_fraction(budget_batches, lengths) < data.padding_fraction(random_batches, lengths)
-    budget = tt.token_budget(lengths, 16)
+    budget = tt.token_budget(lengths, 16, pool_size=128)
     assert all(len(b) * max(lengths[i] for i in b) <= budget for b in budget_batches)
     assert list(tt.samplers(lengths, 16, 0, 1)["random"]) != random_batches  # a new order every epoch
 
@@ -60,3 +60,55 @@ def test_task_trains_both_batchings_to_the_budget(prepared):
         assert r.tokens >= 1500 and r.flops > 0
     with pytest.raises(ValueError, match="batching must be one of"):
         next(iter(task.batches(cs.Setting().with_options(batching="sorted"), 0, 0)))
+
+
+def test_token_budget_batches_take_about_as_many_steps_as_random_ones():
+    # lengths shaped like Tatoeba's (many short, a long tail): the sized budget gives about as many batches per
+    # epoch, so as many real tokens per step, as random batches of the same number of pairs
+    g = torch.Generator().manual_seed(0)
+    lengths = (4 + torch.distributions.Gamma(2.0, 0.35).sample((6000,)).round().clamp(max=20)).int().tolist()
+    for batch_size in (32, 64):
+        batchings = tt.samplers(lengths, batch_size, seed=0, epoch=0)
+        n_random, n_budget = len(list(batchings["random"])), len(list(batchings["token_budget"]))
+        assert abs(n_budget / n_random - 1) < 0.1, (batch_size, n_random, n_budget)
+    naive = round(64 * sum(lengths) / len(lengths))  # batch_size x mean length: the padding left is not counted
+    assert tt.token_budget(lengths, 64) > naive
+    with pytest.raises(ValueError, match="batch_size"):
+        tt.token_budget(lengths, 0)
+
+
+def test_step_memory_grows_with_the_batch_and_shrinks_with_autocast():
+    config = translation_run(SizePreset("gpu", "test"), 8000, 4000, 24).config
+    params, fp32 = tt.step_memory_gib(config, 64, 24, autocast=False)
+    _, mixed = tt.step_memory_gib(config, 64, 24, autocast=True)
+    _, bigger = tt.step_memory_gib(config, 128, 24, autocast=False)
+    assert params > 1e6 and 16 * params / 2**30 < fp32 < bigger and mixed < fp32  # weights, grads, 2 moments + acts
+
+
+def test_predicted_rows_follow_the_measured_ladder_with_the_same_names():
+    accelerations = ([cs.option_step("token-budget batches", batching="token_budget")]
+                     + cs.standard_accelerations(PROFILES["h100-80gb"]))
+    rows = cs.cumulative_settings(cs.Setting(), accelerations, PROFILES["h100-80gb"], "cuda")
+    pred = tt.predicted_rows(rows, 1e12, 0.45, 0.07, "H100 SXM")
+    assert [p.row for p in pred] == [name for name, _, _ in rows]
+    by = {p.row: p for p in pred}
+    fp32 = 1e12 / 0.55 / gpu_view.compute_ceiling("H100 SXM", torch.float32, tensor_cores=False)
+    assert by["baseline"].seconds == pytest.approx(fp32)
+    assert by["baseline"].seconds / by["+ token-budget batches"].seconds == pytest.approx(0.93 / 0.55)
+    assert by["+ bf16 autocast"].fmt == "bf16 tensor cores"
+    assert by["+ TF32 matmuls"].roof_unchanged  # everything the roof sees already runs in bf16
+    for name in ("+ fused attention, no id check", "+ torch.compile", "+ fused AdamW"):
+        assert by[name].roof_unchanged and by[name].skipped is None
+    row, ratio = tt.largest_step(pred)
+    assert row == "+ bf16 autocast" and ratio == pytest.approx(gpu_view.compute_ceiling("H100 SXM", torch.bfloat16,
+                                                               tensor_cores=True) / gpu_view.compute_ceiling(
+        "H100 SXM", torch.float32, tensor_cores=False))
+    t4 = cs.cumulative_settings(cs.Setting(), accelerations[:1] + cs.standard_accelerations(PROFILES["t4"]),
+                                PROFILES["t4"], "cuda")
+    t4_pred = {p.row: p for p in tt.predicted_rows(t4, 1e12, 0.45, 0.07, "T4")}
+    assert t4_pred["+ TF32 matmuls"].skipped and t4_pred["+ fp16 autocast + loss scaling"].fmt == "fp16 tensor cores"
+    config = translation_run(SizePreset("gpu", "test"), 8000, 4000, 24).config
+    with_memory = tt.predicted_rows(rows, 1e12, 0.45, 0.07, "H100 SXM", config=config, batch_size=64, seq_len=24)
+    assert with_memory[0].memory_gib > with_memory[2].memory_gib > 0  # 16-bit activations: less memory
+    with pytest.raises(ValueError, match="padding"):
+        tt.predicted_rows(rows, 1e12, 1.0, 0.07, "H100 SXM")
