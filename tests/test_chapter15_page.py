@@ -1,0 +1,111 @@
+"""Chapter 15's page (stock prices and a forecasting benchmark) keeps the house rules: every number in the prose
+glued from the cell that measured it, every verdict word chosen from its value, no share above 100 %, the
+look-ahead check that can fail, every model against every baseline, the acceleration table with its speedup
+column, the GPU view's three kinds, and three exercises with hidden solutions."""
+
+import re
+
+import notebook_pages as pages
+
+cells = pages.cells_fixture("15_forecasting_case_study.ipynb")
+
+
+def _outputs(cells):
+    return pages.outputs(cells, mimes=("text/plain", "text/html"))
+
+
+def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
+    pages.assert_glues_match(cells)
+
+
+def test_no_stored_share_above_100_percent(cells):
+    text = pages.outputs(cells)
+    for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", text):
+        assert float(match.group(1)) <= 100, text[max(0, match.start() - 80): match.end()]
+    assert pages.text(cells, "code").count("bench.check_fraction(") >= 3
+
+
+def test_the_lookahead_check_can_fail_and_the_splits_are_chronological(cells):
+    code = pages.text(cells, "code")
+    assert "forecasting.check_no_lookahead(" in code
+    assert 'caught == ["centred window", "standardised by the whole series"]' in code
+    assert 'parts["train"][0].max() < a' in code
+    assert "leaks caught: centred window, standardised by the whole series" in _outputs(cells)
+
+
+def test_return_and_volatility_verdicts_agree_with_the_printed_errors(cells):
+    g = pages.glued(cells)
+    text = pages.outputs(cells)
+    rows = re.findall(r"^(AAPL|IBM|MSFT|GOOG)\s+\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", text, re.M)
+    assert len(rows) == 4
+    for ticker, none, ridge, tf in rows:
+        for model, value in (("ridge", float(ridge)), ("tf", float(tf))):
+            ratio = value / float(none)
+            word = "beats" if ratio < 0.99 else "loses to" if ratio > 1.01 else "ties with"
+            words = g["ridge_words"] if model == "ridge" else g["tf_words"]
+            assert f"{ticker}: {'ridge ' if model == 'ridge' else ''}{word} it" in words, (ticker, model, ratio, words)
+    vol = re.findall(r"EWMA / mean = ([\d.]+)", text)
+    assert len(vol) == 4 and g["vol_wins"] == f"{sum(float(v) < 0.99 for v in vol)} of 4"
+
+
+def test_every_model_against_every_baseline_and_the_winner_is_the_lowest(cells):
+    g = pages.glued(cells)
+    text = pages.outputs(cells)
+    block = text[text.index("PatchTST, baseline row") - 2000:]
+    scores = dict(re.findall(r"^(.+?)\s+test MSE ([\d.]+)", block, re.M))
+    for name in ("persistence", "seasonal naive (last week)", "NLinear, demand only", "DLinear, demand only",
+                 "NLinear, with temperature", "DLinear, with temperature", "PatchTST, baseline row"):
+        assert name in scores, (name, scores)
+    assert g["winner"] == min(scores, key=lambda k: float(scores[k]))
+    best = float(g["patch_vs_words"].split(", ")[-1].rstrip(")"))
+    ratio = float(g["patch_mse"]) / best
+    expected = "beats" if ratio < 0.99 else "loses to" if ratio > 1.01 else "ties with"
+    assert g["patch_vs_words"].startswith(expected), (ratio, g["patch_vs_words"])
+
+
+def test_the_acceleration_table_is_shown_with_its_speedup_column(cells):
+    html = pages.outputs(cells, mimes=("text/html",))
+    assert "<th>speedup</th>" in html and "<th>time to quality</th>" in html
+    assert "+ data resident on the device" in html
+    code = pages.text(cells, "code")
+    assert "table.records()" in code and "table.speedup(table.final)" in code
+    prose = pages.text(cells, "markdown")
+    assert r"\frac{\text{time to quality before}}{\text{time to quality after}}" in prose
+
+
+def test_verdict_words_agree_with_the_glued_values(cells):
+    g = pages.glued(cells)
+    spread, tolerance = float(g["spread"]), float(g["tolerance"])
+    assert g["tolerance_words"].startswith("larger") == (tolerance > spread)
+    m = re.search(r"(\d+\.\d+)x", g["speed_words"])
+    if m:
+        value = float(m.group(1))
+        word = "sooner" if value > 1.1 else "slower" if value < 0.9 else "about as long"
+        assert word in g["speed_words"]
+        assert abs(float(g["upside_down"]) - 1 / value) < 0.02
+    t, f = float(g["patch_time_ratio"].rstrip("x")), float(g["patch_flop_ratio"].rstrip("x"))
+    assert g["patch_words"].startswith("less" if t < 0.8 * f else "about" if t < 1.25 * f else "more")
+    profile = next(o for o in _outputs(cells).split("\n") if o.startswith("bottleneck: "))
+    assert g["top_category"] in profile
+
+
+def test_gpu_view_has_its_three_kinds(cells):
+    html = pages.outputs(cells, mimes=("text/html",))
+    for kind in ("measured", "predicted", "published"):
+        assert f"gpuview-{kind}" in html, kind
+    for gpu in ("T4", "H100"):
+        assert gpu in html
+    assert "forecasting.step_prediction(" in pages.text(cells, "code")
+
+
+def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
+    solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert len(solutions) == 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+    code = pages.text(cells, "code")
+    for check in ("check_patch_attention_prediction", "check_trailing_mean", "check_ewma_half_life_prediction"):
+        assert f"assert {check}(" in code
+
+
+def test_prose_length(cells):
+    words = len(pages.text(cells, "markdown").split())
+    assert 2000 <= words <= 3000, words
