@@ -206,3 +206,25 @@ def test_exercise_checks_grade_right_and_wrong_answers():
     assert measured == math.ceil(math.log(0.5) / math.log(0.94))
     assert ex.check_ewma_half_life_prediction(math.log(0.5) / math.log(0.94), measured, lam=0.94)
     assert not ex.check_ewma_half_life_prediction(1 / (1 - 0.94) * 2, measured, lam=0.94)
+
+
+def test_real_files_load_with_their_known_shapes():
+    stocks = fc.load_stocks()
+    assert set(stocks) == set(fc.TICKERS) and len(stocks["AAPL"][1]) == 3270 and stocks["GOOG"][0][0] == "2004-08-19"
+    assert all(d1 < d2 for d1, d2 in zip(stocks["IBM"][0], stocks["IBM"][0][1:]))  # in date order
+    raw = fc.load_elecdemand()
+    assert len(raw["demand"]) == 17_520 and set(np.unique(raw["workday"])) == {0.0, 1.0}
+    e = fc.prepare_elec(raw)
+    assert e.times["train"].max() + fc.DAY <= e.bounds[0] <= e.times["val"].min()  # no target crosses the cut
+
+
+def test_the_gpu_preset_model_runs_a_step_at_its_sizes():
+    from gpuformer_lib.device import SizePreset
+    from gpuformer_lib.profiles import PROFILES
+
+    plan = fc.case_plan(PROFILES["h100-80gb"], SizePreset("gpu", "test"))
+    model = fc.PatchTST(plan.config)
+    x, y = torch.randn(2, 2, fc.WEEK), torch.randn(2, fc.DAY)
+    loss, n = fc.forecast_loss(model, fc.WindowBatch(x, y))
+    loss.backward()
+    assert n == 2 and torch.isfinite(loss) and model.embed.weight.grad is not None
