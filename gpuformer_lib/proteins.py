@@ -659,13 +659,16 @@ class CasePlan:
     train_proteins: int | None
     classifier_epochs: int
     lr: float = 2e-3
+    kmer_ks: tuple[int, ...] = (1, 2, 3)
+    """The k-mer lengths of the peptide baseline's features (1-3 as in the data folder's measured baseline)."""
 
 
 def case_plan(profile, preset) -> CasePlan:
     """Chapter 14's plan for ``profile`` (``profiles.DeviceProfile``) and ``preset`` (``device.SizePreset``).
 
-    - rehearsal (a GPU profile at toy sizes on the CPU): the code paths only; 6,000 residues a row;
-    - ``cpu``: a 2-layer, width-64 model on windows of 128 residues, 32,000 residues a row (about 2 s a row
+    - rehearsal (a GPU profile at toy sizes on the CPU): the code paths only; 6,000 residues a row, one
+      classifier epoch, 1- and 2-mers for the peptide baseline;
+    - ``cpu``: a 2-layer, width-64 model on windows of 128 residues, 24,000 residues a row (about 1.5 s a row
       on a 2-core CPU), one seed, tolerance 0.03 nats;
     - ``gpu-small`` (T4): width 256, 4 layers, crop 512, 20 M residues a row, seeds 0-1, tolerance 0.02;
     - ``gpu`` (A100/H100): width 512, 6 layers, crop 1,024, 50 M residues (about 5 epochs of the corpus),
@@ -676,9 +679,9 @@ def case_plan(profile, preset) -> CasePlan:
     if getattr(preset, "name", None) not in PRESET_NAMES:
         raise ValueError(f"preset must be a device.SizePreset named one of {PRESET_NAMES}, got {preset!r}")
     if getattr(profile, "rehearsal", False) or getattr(preset, "toy", False):
-        return CasePlan(32, 1, 2, 64, 8, 6_000, (0,), 0.05, 2, 64, 2_000, 1)
+        return CasePlan(32, 1, 2, 64, 8, 6_000, (0,), 0.05, 2, 64, 2_000, 1, kmer_ks=(1, 2))
     if preset.name == "cpu":
-        return CasePlan(64, 2, 4, 128, 16, 32_000, (0,), 0.03, 2, 100, 4_000, 2)
+        return CasePlan(64, 2, 4, 128, 16, 24_000, (0,), 0.03, 2, 100, 4_000, 2)
     if preset.name == "gpu-small":
         return CasePlan(256, 4, 4, 512, 32, 20_000_000, (0, 1), 0.02, 8, 900, None, 20, 1e-3)
     return CasePlan(512, 6, 8, 1024, 32, 50_000_000, (0, 1, 2), 0.02, 8, 900, None, 30, 6e-4)
@@ -776,3 +779,33 @@ def fix_for(category: str, row_names: Sequence[str]) -> str | None:
                         return row
             return None
     raise ValueError(f"unknown profile category {category!r}; known: {[n for n, _ in _FIXES]}")
+
+
+def batching_rate_ratio(task: case_study.Task, kind: str, device, *, steps: int = 6, seed: int = 0) -> float:
+    """Real residues per second with batching ``kind`` over those with ``"padded"`` batches: the same fresh
+    baseline model trains ``steps`` steps of each, interleaved (padded, kind, padded, ...) after one warm-up
+    step each, so that a busy machine slows both alike; the ratio of total residues over total seconds."""
+    import time
+
+    from gpuformer_lib import bench
+    from gpuformer_lib.device import seed_everything
+
+    device = torch.device(device)
+    setting = case_study.Setting()
+    seed_everything(seed)
+    model = task.build_model(setting).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step = speed.make_train_step(model, optimizer, task.loss_fn, normalize_by="tokens", grad_clip=1.0)
+    streams = {k: iter(task.batches(setting.with_options(batching=k), seed, 0)) for k in ("padded", kind)}
+    done = {k: [0, 0.0] for k in streams}
+    for i in range(steps + 1):
+        for k, stream in streams.items():
+            batch = next(stream).to(device)
+            bench.synchronize(device)
+            start = time.perf_counter()
+            step([batch])
+            bench.synchronize(device)
+            if i:  # the first step of each is a warm-up
+                done[k][0] += batch.real
+                done[k][1] += time.perf_counter() - start
+    return (done[kind][0] / done[kind][1]) / (done["padded"][0] / done["padded"][1])

@@ -18,16 +18,17 @@ import numpy as np
 from gpuformer_lib.exercises._core import CheckResult, _report, _safe_check, _try
 
 
-def check_packing_prediction(predicted, measured: float, *, padding_share: float) -> CheckResult:
+def check_packing_prediction(predicted, measured, *, padding_share: float) -> CheckResult:
     """Grade a predicted speedup in real residues per second (packed rows over padded random batches), given
-    the padding share (0-1) of the baseline's batches, against the ratio the table measured."""
+    the padding share (0-1) of the baseline's batches, against ``measured``: a number, or a function that measures it
+    (re-measured on a miss, as ``grade_prediction`` does)."""
     from gpuformer_lib.exercises.predictions import grade_prediction
 
     if not 0 <= padding_share < 1:
         raise ValueError(f"padding_share is a share of padded slots, 0 <= share < 1; got {padding_share!r}")
     return grade_prediction(
         predicted, measured, quantity="speedup of packed rows (real residues per second)", unit="x", within=1.3,
-        measured_by="the acceleration table measured",
+        measured_by="this device measured",
         too_high=("Packing removes only the padded slots' work: real residues per step rise by 1 / (1 - padding) at "
                   "most. The optimizer, the masks built per batch and a busy machine's noise do not shrink, and the "
                   "document mask turns the fast causal path into a general masked one."),

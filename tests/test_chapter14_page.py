@@ -1,0 +1,79 @@
+"""Chapter 14's page (the protein case study) keeps the house rules: every number in the prose glued, every
+verdict word chosen from its value, no share above 100 %, the acceleration table with its speedup column, the
+baselines scored, the GPU view's three kinds, and three exercises with hidden solutions."""
+
+import re
+
+import notebook_pages as pages
+
+cells = pages.cells_fixture("14_protein_case_study.ipynb")
+
+
+def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
+    pages.assert_glues_match(cells)
+
+
+def test_no_stored_share_above_100_percent(cells):
+    text = pages.outputs(cells, mimes=("text/plain", "text/html"))
+    for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", text):
+        assert float(match.group(1)) <= 100, text[max(0, match.start() - 80): match.end()]
+    assert pages.text(cells, "code").count("bench.check_fraction(") >= 4
+
+
+def test_the_acceleration_table_is_shown_with_its_speedup_column(cells):
+    html = pages.outputs(cells, mimes=("text/html",))
+    assert "<th>speedup</th>" in html and "<th>time to quality</th>" in html
+    for row in ("baseline", "+ bucketed batches", "+ packed rows"):
+        assert row in html
+    prose = pages.text(cells, "markdown")
+    assert r"\frac{\text{time to quality before}}{\text{time to quality after}}" in prose
+
+
+def test_verdict_words_agree_with_the_glued_values(cells):
+    g = pages.glued(cells)
+    m = re.search(r"(\d+\.\d+)x", g["speed_words"])
+    if m:
+        value = float(m.group(1))
+        word = "sooner" if value > 1.1 else "slower" if value < 0.9 else "about as long"
+        assert word in g["speed_words"], g["speed_words"]
+    spread, tolerance = float(g["spread"]), float(g["tolerance"])
+    assert g["tolerance_words"].startswith("larger") == (tolerance > spread)
+    assert g["lm_vs"].startswith("below") == (float(g["lm_loss"]) < float(g["uni_window"]))
+    gap = float(g["enc_auc"]) - float(g["lr_auc"])
+    expected = "the encoder beats" if gap > 0.01 else "the k-mer baseline beats" if gap < -0.01 else "about even"
+    assert expected in g["pep_winner"], g["pep_winner"]
+    probe, comp = float(g["probe_auc"]), float(g["comp_auc"])
+    expected = "better than" if probe > comp + 0.01 else "about as well" if probe > comp - 0.01 else "less well"
+    assert expected in g["probe_words"]
+    assert ("little to win" in g["pad_words"]) == (float(g["pad_here"].rstrip("%")) < 10)
+    profile = next(o for o in pages.outputs(cells).split("\n") if o.startswith("bottleneck: "))
+    assert g["top_category"] in profile
+
+
+def test_baselines_and_split(cells):
+    g = pages.glued(cells)
+    assert int(g["moved"]) > 0  # the filter found relatives across a random split
+    assert "assert check.max() <= split.max_shared" in pages.text(cells, "code")
+    assert 1 < float(g["four_ppl"]) <= float(g["uni_ppl"]) < 20  # both below uniform over 20 letters
+    assert float(g["lr_auc"]) > 0.5 and float(g["pep_majority"]) > 0.5
+
+
+def test_gpu_view_has_its_three_kinds(cells):
+    html = pages.outputs(cells, mimes=("text/html",))
+    for kind in ("measured", "predicted", "published"):
+        assert f"gpuview-{kind}" in html, kind
+    for gpu in ("T4", "H100"):
+        assert gpu in html
+    assert "proteins.predicted_steps(" in pages.text(cells, "code")
+
+
+def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
+    solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert len(solutions) >= 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+    code = pages.text(cells, "code")
+    for check in ("check_packing_prediction", "check_padding_prediction", "check_mcc"):
+        assert f"assert {check}(" in code
+
+
+def test_prose_length(cells):
+    assert len(pages.text(cells, "markdown").split()) >= 2000
