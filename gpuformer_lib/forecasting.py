@@ -746,3 +746,41 @@ def verdict(model_score: float, baseline_score: float, *, margin: float = 0.01) 
         raise ValueError(f"scores must be errors >= 0 (baseline > 0), got {model_score!r}, {baseline_score!r}")
     ratio = model_score / baseline_score
     return "beats" if ratio < 1 - margin else "loses to" if ratio > 1 + margin else "ties with"
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphTiming:
+    """One training step of the task's model timed eagerly and with CUDA graphs (``torch.compile`` in
+    ``mode="reduce-overhead"``), same plan otherwise; or why it was not measured."""
+
+    eager_s: float | None
+    graphed_s: float | None
+    reason: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return None if self.eager_s is None or self.graphed_s is None else self.eager_s / self.graphed_s
+
+
+def graph_step_timing(task: case_study.Task, device, plan=None, *, steps: int = 20, warmup: int = 3) -> GraphTiming:
+    """Time ``task``'s training step (one fixed batch of its first epoch, on ``device``) eagerly and replayed as
+    CUDA graphs, as chapter 10's ladder does (``speed.apply_plan`` with compile + cuda_graphs, then
+    ``speed.make_train_step(cuda_graphs=True)``). Every batch of this task has the same shape, which a graph
+    needs. On a device without CUDA, returns the reason instead (nothing is timed)."""
+    from gpuformer_lib import bench, speed
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return GraphTiming(None, None, f"CUDA graphs need a CUDA device; this page runs on {device.type}")
+    plan = plan or speed.SpeedPlan(dtype=None, tf32=False, fused_attention=True, check_token_ids=False)
+    setting = case_study.Setting(plan=plan)
+    batch = next(iter(task.batches(setting, 0, 0))).to(device)
+    times = {}
+    for name, p in (("eager", plan), ("graphed", dataclasses.replace(plan, compile=True, cuda_graphs=True))):
+        torch.manual_seed(0)
+        model = speed.apply_plan(task.build_model(case_study.Setting(plan=p)).to(device), p, device)
+        optimizer = speed.make_adamw(model.parameters(), p, lr=task.lr)
+        step = speed.make_train_step(model, optimizer, task.loss_fn, dtype=p.dtype, scaler=speed.grad_scaler(p, device),
+                                     tf32=p.tf32, cuda_graphs=p.cuda_graphs, grad_clip=task.grad_clip)
+        times[name] = bench.time_fn(lambda: step([batch]), device=device, warmup=warmup, repeats=steps).median
+    return GraphTiming(times["eager"], times["graphed"])

@@ -228,3 +228,13 @@ def test_the_gpu_preset_model_runs_a_step_at_its_sizes():
     loss, n = fc.forecast_loss(model, fc.WindowBatch(x, y))
     loss.backward()
     assert n == 2 and torch.isfinite(loss) and model.embed.weight.grad is not None
+
+
+def test_graph_timing_says_why_it_does_not_run_off_cuda():
+    e = _toy_elec()
+    config = fc.PatchConfig(context=96, horizon=12, patch_len=24, stride=24, d_model=8, n_heads=2, n_layers=1,
+                            d_ff=16)
+    task = fc.forecasting_task(e, config, batch_size=16, budget=case_study.Budget(tokens=96), evaluations=1)
+    timing = fc.graph_step_timing(task, "cpu")
+    assert timing.speedup is None and "CUDA" in timing.reason
+    assert fc.GraphTiming(2e-3, 1e-3).speedup == 2.0
