@@ -26,6 +26,10 @@ The accelerations of :mod:`gpuformer_lib.speed` (precision, TF32, fused attentio
 optimizer) come ready-made from :func:`standard_accelerations`, in speed's order; a task adds its own
 (token-budget batches, say) with :func:`option_step`.
 
+:func:`row_step` builds a row's model, optimizer and step as :func:`train_run` trains them (to profile the
+table's own step); :meth:`AccelerationTable.summary` and :meth:`AccelerationTable.gain` put the verdicts in
+words chosen from the values by one rule, :func:`ratio_words`.
+
 Leaves out: several devices (a data-parallel run is a different program: ``distributed`` and its workers),
 decoding speed (``seq2seq_decoding``), and the task-specific quality metrics (BLEU, accuracy), which a
 task computes after the table from the models the harness can keep.

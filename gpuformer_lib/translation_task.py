@@ -15,6 +15,11 @@ same pieces step by step; this module is them put together.
   as fit in a budget of padded tokens sized so that an epoch takes as many steps as the baseline's:
   :func:`token_budget`).
 
+- chapter 13's sizes and predictions: :func:`case_plan` (budget, seeds, tolerance per device),
+  :func:`step_memory_gib` (the memory calculator for an encoder-decoder), :func:`predicted_rows` (the measured
+  ladder's rows at a GPU's compute roof, same names and order), :func:`bottleneck` and :func:`fix_for` (the
+  profile's top category and the table row that addresses it).
+
 Leaves out: the model (``model``), decoding and scoring (``generate``, ``seq2seq_decoding``, ``retrieval``).
 """
 
@@ -110,6 +115,10 @@ def batches_of(items: Sequence[tuple[Tensor, Tensor]], size: int = 256) -> list[
     return [data.collate_translation(items[i:i + size]) for i in range(0, len(items), size)]
 
 
+POOL_SIZE = 512
+"""Pairs shuffled together and sorted by length before token-budget batches are cut (the task's default)."""
+
+
 def _budget_batches(lengths: Sequence[int], max_tokens: int, seed: int, pool_size: int) -> int:
     sampler = packing.TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, seed=seed, pool_size=pool_size)
     sampler.set_epoch(0)
@@ -130,7 +139,7 @@ def _calibrated_budget(lengths: tuple[int, ...], batch_size: int, pool_size: int
     return best[1]
 
 
-def token_budget(lengths: Sequence[int], batch_size: int, *, pool_size: int = 512, seed: int = 0) -> int:
+def token_budget(lengths: Sequence[int], batch_size: int, *, pool_size: int = POOL_SIZE, seed: int = 0) -> int:
     """Padded tokens per token-budget batch such that token-budget batches hold about as many **real** tokens
     as random batches of ``batch_size`` pairs: as many batches per epoch as the random batching has
     (``ceil(len(lengths) / batch_size)``), so both take about the same number of optimizer steps for the same
@@ -146,7 +155,7 @@ def token_budget(lengths: Sequence[int], batch_size: int, *, pool_size: int = 51
     return _calibrated_budget(tuple(int(n) for n in lengths), batch_size, pool_size, seed)
 
 
-def samplers(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, pool_size: int = 512
+def samplers(lengths: Sequence[int], batch_size: int, seed: int, epoch: int, pool_size: int = POOL_SIZE
              ) -> dict[str, torch.utils.data.Sampler]:
     """The two batchings for one epoch, by name: ``random`` and ``token_budget`` (pairs sorted by length within
     pools of ``pool_size`` shuffled pairs: a smaller pool leaves more padding, a larger one makes the batches
@@ -174,7 +183,7 @@ def translation_task(prepared: TranslationData, run: RunSize, *, budget: case_st
 
     def batches(setting: case_study.Setting, seed: int, epoch: int):
         kind = setting.option("batching", "random")
-        options = samplers(lengths, run.batch_size, seed, epoch, setting.option("pool_size", 512))
+        options = samplers(lengths, run.batch_size, seed, epoch, setting.option("pool_size", POOL_SIZE))
         if kind not in options:
             raise ValueError(f"batching must be one of {sorted(options)}, not {kind!r}")
         for indices in options[kind]:
