@@ -666,7 +666,7 @@ class CasePlan:
 def case_plan(profile, preset) -> CasePlan:
     """Chapter 14's plan for ``profile`` (``profiles.DeviceProfile``) and ``preset`` (``device.SizePreset``).
 
-    - rehearsal (a GPU profile at toy sizes on the CPU): the code paths only; 6,000 residues a row, one
+    - rehearsal (a GPU profile at toy sizes on the CPU): the code paths only; 4,000 residues a row, one
       classifier epoch, 1- and 2-mers for the peptide baseline;
     - ``cpu``: a 2-layer, width-64 model on windows of 128 residues, 24,000 residues a row (about 1.5 s a row
       on a 2-core CPU), one seed, tolerance 0.03 nats;
@@ -679,7 +679,7 @@ def case_plan(profile, preset) -> CasePlan:
     if getattr(preset, "name", None) not in PRESET_NAMES:
         raise ValueError(f"preset must be a device.SizePreset named one of {PRESET_NAMES}, got {preset!r}")
     if getattr(profile, "rehearsal", False) or getattr(preset, "toy", False):
-        return CasePlan(32, 1, 2, 64, 8, 6_000, (0,), 0.05, 2, 64, 2_000, 1, kmer_ks=(1, 2))
+        return CasePlan(32, 1, 2, 64, 8, 4_000, (0,), 0.05, 2, 48, 2_000, 1, kmer_ks=(1, 2))
     if preset.name == "cpu":
         return CasePlan(64, 2, 4, 128, 16, 24_000, (0,), 0.03, 2, 100, 4_000, 2)
     if preset.name == "gpu-small":

@@ -231,3 +231,25 @@ def test_exercise_checks():
                                         [1] * tp + [0] * tn + [1] * fp + [0] * fn)
     assert ex.check_mcc(good)
     assert not ex.check_mcc(lambda tp, tn, fp, fn: (tp + tn) / (tp + tn + fp + fn))
+
+
+def test_task_trains_in_the_harness_and_rates_compare():
+    from gpuformer_lib import case_study
+    from gpuformer_lib.profiles import PROFILES
+
+    rng = np.random.default_rng(7)
+    seqs = ["".join(rng.choice(list(P.AMINO_ACIDS), n)) for n in rng.integers(5, 60, 60)]
+    sp = P.kmer_filtered_split(seqs, fractions=(0.7, 0.15, 0.15), k=6)
+    plan = P.CasePlan(16, 1, 2, 32, 4, 600, (0,), 0.05, 1, 8, None, 1)
+    task = P.protein_lm_task(sp, plan)
+    for kind in ("padded", "packed"):
+        run, _ = case_study.train_run(task, case_study.Setting().with_options(batching=kind), "cpu", PROFILES["cpu"])
+        assert run.tokens >= 600 and math.isfinite(run.quality)
+    ratio = P.batching_rate_ratio(task, "packed", "cpu", steps=1)
+    assert 0 < ratio < math.inf
+
+
+def test_memory_grows_with_the_crop():
+    plan = P.CasePlan(64, 2, 4, 128, 8, 1, (0,), 0.1, 1, 1, None, 1)
+    sizes = [P.lm_memory_gib(plan, crop, 8, autocast=True) for crop in (128, 256, 512)]
+    assert sizes[0] < sizes[1] < sizes[2]
