@@ -112,3 +112,13 @@ def test_predicted_rows_follow_the_measured_ladder_with_the_same_names():
     assert with_memory[0].memory_gib > with_memory[2].memory_gib > 0  # 16-bit activations: less memory
     with pytest.raises(ValueError, match="padding"):
         tt.predicted_rows(rows, 1e12, 1.0, 0.07, "H100 SXM")
+
+
+def test_batching_speedup_times_both_batchings_on_the_tables_step(prepared):
+    run = translation_run(SizePreset("cpu", "test"), len(prepared.src_vocab), len(prepared.tgt_vocab), 16)
+    task = tt.translation_task(prepared, run, budget=cs.Budget(tokens=1500), evaluations=1, val_pairs=16)
+    timing = tt.batching_speedup(task, "cpu", steps=2)
+    assert timing.steps == 2 and timing.random_rate > 0 and timing.budget_rate > 0
+    assert timing.speedup == pytest.approx(timing.budget_rate / timing.random_rate)
+    with pytest.raises(ValueError, match="steps must be"):
+        tt.batching_speedup(task, "cpu", steps=0)

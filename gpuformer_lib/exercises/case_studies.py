@@ -28,7 +28,7 @@ def check_token_budget_prediction(predicted, measured: float, *, padding_random:
             raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
     return grade_prediction(
         predicted, measured, quantity="speedup of token-budget batches (real tokens per second)", unit="x",
-        within=1.35, measured_by="the acceleration table measured",
+        within=1.35, measured_by="the interleaved timing measured",
         too_high=("A step does not only compute on padded slots: the optimizer's update, the embedding and the "
                   "host's work cost the same whatever the padding, so removing padding speeds up only the part "
                   "of the step that scales with the padded shape."),
