@@ -45,6 +45,14 @@ def test_verdict_words_agree_with_the_glued_values(cells):
     probe, comp = float(g["probe_auc"]), float(g["comp_auc"])
     expected = "better than" if probe > comp + 0.01 else "about as well" if probe > comp - 0.01 else "less well"
     assert expected in g["probe_words"]
+    trained, control = probe, float(g["control_auc"])
+    expected = "training added" if trained > control + 0.01 else "about as well" if trained > control - 0.01 else \
+        "separated them better"
+    assert expected in g["learned_words"], g["learned_words"]
+    m = re.search(r"\((\d+\.\d+)x\), (.*)$", g["fix_effect"])
+    if m:
+        ratio, words = float(m.group(1)), m.group(2)
+        assert words == ("a clear gain" if ratio > 1.15 else "a loss" if ratio < 0.87 else "within the noise of one timing")
     assert ("little to win" in g["pad_words"]) == (float(g["pad_here"].rstrip("%")) < 10)
     profile = next(o for o in pages.outputs(cells).split("\n") if o.startswith("bottleneck: "))
     assert g["top_category"] in profile

@@ -216,6 +216,9 @@ def test_case_plan_and_predictions():
     assert P.bottleneck({"attention": 1.0, "matrix products": 3.0}) == ("matrix products", 0.75)
     assert P.fix_for("optimizer", ["baseline", "+ fused AdamW"]) == "+ fused AdamW"
     assert P.fix_for("attention", ["baseline"]) is None
+    rows = ["baseline", "+ packed rows", "+ bf16 autocast", "+ torch.compile"]
+    assert P.fix_for("element-wise, norms, copies", rows) == "+ torch.compile"
+    assert P.fix_for("element-wise, norms, copies", rows[:3]) == "+ bf16 autocast"
     with pytest.raises(ValueError):
         P.fix_for("nonsense", [])
 
