@@ -610,6 +610,17 @@ def _is_device_kernel(event) -> bool:
             and not event.key.startswith("ProfilerStep"))
 
 
+def _inside_optimizer_step(event) -> bool:
+    """Whether a raw profiler event lies inside an ``Optimizer.step#...`` range (False for ``key_averages()``
+    entries, which keep no parent)."""
+    parent = getattr(event, "cpu_parent", None)
+    while parent is not None:
+        if getattr(parent, "name", "").startswith("Optimizer.step#"):
+            return True
+        parent = getattr(parent, "cpu_parent", None)
+    return False
+
+
 def time_by_category(events, device: torch.device | str | None = None) -> dict[str, float]:
     """Microseconds per category of a profile's ``key_averages()``, each unit of time counted once.
 
@@ -622,7 +633,10 @@ def time_by_category(events, device: torch.device | str | None = None) -> dict[s
     the stream row) are ranges, not kernels, and are left out.
 
     On a CPU: ``aten::`` operators by their *self* CPU time (the time in the operator itself, not in the
-    operators it called), classified by :func:`operator_category`; ranges are left out.
+    operators it called), classified by :func:`operator_category`; ranges are left out. Given a profile's raw
+    events (``prof.events()``, which keep their parents) instead of ``key_averages()``, an operator called inside
+    the optimizer's ``Optimizer.step#...`` range counts as "optimizer" whatever its name: a for-loop AdamW's
+    ``aten::mul_``/``lerp_``/``addcdiv_`` would otherwise fall among the element-wise operators.
     """
     on_gpu = device is not None and torch.device(device).type == "cuda"
     shares: dict[str, float] = {}
@@ -635,5 +649,7 @@ def time_by_category(events, device: torch.device | str | None = None) -> dict[s
             if not e.key.startswith("aten::") or getattr(e, "self_cpu_time_total", 0) <= 0:
                 continue
             category, value = operator_category(e.key), e.self_cpu_time_total
+            if _inside_optimizer_step(e):
+                category = "optimizer"
         shares[category] = shares.get(category, 0.0) + value
     return shares

@@ -283,6 +283,20 @@ def test_time_by_category_of_a_real_cpu_profile():
     assert shares["matrix products"] > 0 and shares["loss (log-softmax, NLL)"] > 0 and shares["attention"] > 0
 
 
+def test_time_by_category_puts_a_for_loop_optimizer_step_under_optimizer_from_raw_events():
+    model = ladder.DecoderLM(MICRO.config)
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=False, fused=False)  # per-tensor aten::mul_, lerp_...
+    step = speed.make_train_step(model, optimizer, speed.next_token_loss)
+    ids = torch.randint(0, 64, (2, 17))
+    prof = bench.profile_steps(lambda: step([ids]), wait=1, warmup=1, active=2)
+    averaged = bench.time_by_category(prof.key_averages(), "cpu")
+    raw = bench.time_by_category(prof.events(), "cpu")
+    assert sum(raw.values()) == pytest.approx(sum(averaged.values()), rel=1e-6)  # the same time, moved, not added
+    assert raw["optimizer"] > averaged.get("optimizer", 0.0)  # key_averages cannot see the range
+    assert raw[bench.OTHER_CATEGORY] < averaged[bench.OTHER_CATEGORY]
+    assert raw["matrix products"] == pytest.approx(averaged["matrix products"], rel=1e-6)  # no mm in AdamW's step
+
+
 def test_sample_while_busy_runs_the_step_then_reads_the_gpu(monkeypatch):
     calls = []
     with pytest.raises(ValueError, match="not a CUDA device"):  # no GPU and no rehearsal: nothing to ask
