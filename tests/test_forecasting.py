@@ -238,3 +238,87 @@ def test_graph_timing_says_why_it_does_not_run_off_cuda():
     timing = fc.graph_step_timing(task, "cpu")
     assert timing.speedup is None and "CUDA" in timing.reason
     assert fc.GraphTiming(2e-3, 1e-3).speedup == 2.0
+
+
+def test_expanding_mean_volatility_against_a_loop():
+    rng = np.random.default_rng(1)
+    r = rng.normal(size=80)
+    times = np.arange(10, 70, 7)
+    got = fc.expanding_mean_volatility(r, times, 5)
+    for t, value in zip(times, got):
+        known = [s for s in range(1, 80 - 5 + 1) if s + 5 <= t]  # windows ending before t only
+        ref = np.mean([np.sqrt(np.mean(r[s:s + 5] ** 2)) for s in known])
+        assert value == pytest.approx(ref, rel=1e-12)
+    # no look-ahead: the future changed, the forecast at 40 unchanged
+    r2 = r.copy()
+    r2[40:] = 100.0
+    assert fc.expanding_mean_volatility(r2, np.array([40]), 5)[0] == pytest.approx(
+        fc.expanding_mean_volatility(r, np.array([40]), 5)[0])
+    with pytest.raises(ValueError):
+        fc.expanding_mean_volatility(r, np.array([3]), 5)
+
+
+def _weekly_elec():
+    t = np.arange(6 * 7 * 48)
+    demand = np.sin(2 * np.pi * t / 48) + 0.3 * np.sin(2 * np.pi * t / (7 * 48)) + 0.01 * t / 48
+    temperature = np.cos(2 * np.pi * t / 48) + np.random.default_rng(0).normal(0, 0.1, len(t))
+    return fc.prepare_elec({"demand": demand, "temperature": temperature}, stride=48)
+
+
+def test_elec_baselines_name_every_variant_and_the_choice_is_made_on_validation():
+    scores = fc.elec_baselines(_weekly_elec())
+    assert tuple(scores) == fc.ELEC_BASELINES
+    for name, s in scores.items():
+        assert {"val MSE", "MSE", "MAE"} <= set(s)
+        assert ("fit_s" in s) == ("Linear" in name)
+    best = fc.best_on_validation(scores)
+    assert scores[best]["val MSE"] == min(s["val MSE"] for s in scores.values())
+    fake = {"a": {"val MSE": 1.0, "MSE": 0.1}, "b": {"val MSE": 0.5, "MSE": 0.9}}
+    assert fc.best_on_validation(fake) == "b"  # the validation score decides, not the test score
+    assert fc.best_on_validation(fake, ["a"]) == "a"
+    with pytest.raises(ValueError):
+        fc.best_on_validation({"a": {"MSE": 1.0}})
+
+
+def test_top_level_operators_count_a_linear_once():
+    layer = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(2):
+            layer(x)
+    events = prof.events()
+    every = sum(1 for e in events if e.name.startswith("aten::")) / 2
+    top = fc.top_level_operators(events, 2)
+    assert top == 1  # aten::linear, not its aten::t and aten::addmm
+    assert every > top
+    with pytest.raises(ValueError):
+        fc.top_level_operators(events, 0)
+
+
+def test_launch_bound_step_and_the_allreduce_prediction():
+    config = fc.PatchConfig(patch_len=16, stride=8, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+    arithmetic = fc.step_prediction(config, 64, "H100 SXM", torch.bfloat16)
+    assert fc.launch_bound_step(config, 64, "H100 SXM", torch.bfloat16, 0, 1e-6) == arithmetic
+    assert fc.launch_bound_step(config, 64, "H100 SXM", torch.bfloat16, 1e6, 1e-6) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        fc.launch_bound_step(config, 64, "H100 SXM", torch.bfloat16, 10, 0.0)
+    from gpuformer_lib import collective_costs
+    link = collective_costs.registry_links()["H100 NVLink"]
+    n, nbytes = 8, 4 * 1000
+    ref = 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * nbytes / link.bus_bandwidth  # NCCL's ring by hand
+    assert fc.dp_allreduce_prediction(1000, 8) == pytest.approx(ref)
+    assert fc.dp_allreduce_prediction(1000, 1) == 0.0
+    with pytest.raises(ValueError):
+        fc.dp_allreduce_prediction(1000, 8, link="carrier pigeon")
+
+
+def test_returns_train_mse_of_a_silent_model_is_no_change():
+    rng = np.random.default_rng(0)
+    prices = np.exp(np.cumsum(rng.normal(0, 0.01, 300))) * 100
+    prepared = fc.prepare_returns({"X": ([str(i) for i in range(300)], prices)}, lags=5)
+    model = fc.ReturnsTransformer(5, d_model=8, n_heads=2, n_layers=1)
+    torch.nn.init.zeros_(model.head.weight)
+    torch.nn.init.zeros_(model.head.bias)
+    got, none = fc.returns_train_mse(model, prepared)
+    y = prepared.parts["X"]["train"][2]
+    assert none == pytest.approx(np.mean(y ** 2)) and got == pytest.approx(none)
