@@ -254,6 +254,25 @@ def case_plan(profile, preset) -> CasePlan:
                     test_sentences=2_000)
 
 
+def case_run(preset, src_vocab_size: int, tgt_vocab_size: int, max_len: int = 24) -> RunSize:
+    """The model and batch chapter 13 trains on ``preset``: on the ``gpu`` preset (A100, H100) the sizes of
+    Vaswani et al.'s base model (6 + 6 layers, width 512, 8 heads, feed-forward 2,048, dropout 0.1, from
+    ``model.paper_base_config``) with this task's two vocabularies, pre-LN (the course's default: it trains
+    without the paper's long warm-up) and an untied output layer as ``model_sizes.translation_run`` has it;
+    elsewhere (``cpu``, ``gpu-small``, a rehearsal's toy sizes) ``model_sizes.translation_run``'s model."""
+    from gpuformer_lib.model import paper_base_config
+    from gpuformer_lib.model_sizes import translation_run
+
+    run = translation_run(preset, src_vocab_size, tgt_vocab_size, max_len)
+    if not preset.pick(cpu=False, gpu=True, gpu_small=False):
+        return run
+    base = paper_base_config()
+    config = dataclasses.replace(run.config, d_model=base.d_model, n_heads=base.n_heads, d_ff=base.d_ff,
+                                 n_encoder_layers=base.n_encoder_layers, n_decoder_layers=base.n_decoder_layers,
+                                 dropout=base.dropout)
+    return dataclasses.replace(run, config=config)
+
+
 @dataclasses.dataclass(frozen=True)
 class StepPrediction:
     """One row of the predicted table: the step's matrix-product FLOPs (padding included) at a compute roof."""

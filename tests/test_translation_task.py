@@ -122,3 +122,17 @@ def test_batching_speedup_times_both_batchings_on_the_tables_step(prepared):
     assert timing.speedup == pytest.approx(timing.budget_rate / timing.random_rate)
     with pytest.raises(ValueError, match="steps must be"):
         tt.batching_speedup(task, "cpu", steps=0)
+
+
+def test_case_run_trains_the_papers_base_sizes_on_the_gpu_preset_only():
+    from gpuformer_lib.model import paper_base_config
+
+    base = paper_base_config()
+    gpu = tt.case_run(SizePreset("gpu", "test"), 4000, 2000)
+    c = gpu.config
+    assert (c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers) == (
+        base.d_model, base.n_heads, base.d_ff, base.n_encoder_layers, base.n_decoder_layers)
+    assert (c.src_vocab_size, c.vocab_size) == (4000, 2000) and c.norm_first and not c.tie_embeddings
+    for name, toy in (("cpu", False), ("gpu-small", False), ("gpu", True)):  # a rehearsal's toy sizes: the CPU's
+        preset = SizePreset(name, "test", toy=toy)
+        assert tt.case_run(preset, 4000, 2000) == translation_run(preset, 4000, 2000)
