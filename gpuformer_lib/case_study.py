@@ -585,7 +585,7 @@ class AccelerationTable:
         return ratio, before.name, ratio_words(ratio, margin=margin, above="a clear gain", below="a loss",
                                                about="within the noise of one timing on a shared machine")
 
-    _HEAD = ("step", "steps", "step time", "{unit}/s", "peak memory", "MFU", "{quality} (range over seeds)", "time to quality",
+    _HEAD = ("step", "steps", "step time", "{unit}/s", "peak memory", "MFU", "{quality}", "time to quality",
              "speedup")
 
     def _cells(self) -> list[list[str]]:
@@ -604,7 +604,9 @@ class AccelerationTable:
         return lines
 
     def header(self) -> list[str]:
-        return [h.format(unit=self.unit, quality=self.quality_name) for h in self._HEAD]
+        several = any(len(r.runs) > 1 for r in self.rows)
+        quality = self.quality_name if not several else f"{self.quality_name} (range over seeds)"
+        return [h.format(unit=self.unit, quality=quality) for h in self._HEAD]
 
     def caption(self) -> str:
         seeds = len(self.baseline.runs)
