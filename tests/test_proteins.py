@@ -66,6 +66,34 @@ def test_kmer_filtered_split_leaves_no_held_out_relative():
             assert P.shared_kmer_share(sp.train, part, 5).max() <= 0.5
     control = P.shared_kmer_share([P.encode(s) for s in base], [P.encode(s) for s in seqs[40:]], 5)
     assert control.min() > 0.5  # the filter had something to find
+    if sp.val and sp.test:
+        assert P.shared_kmer_share(sp.val, sp.test, 5).max() <= 0.5
+
+
+def _brute_share(train, query, k):
+    """Share of the query's k-mers (positions) found in any training sequence, by Python sets."""
+    seen = {tuple(t[i:i + k]) for t in train for i in range(len(t) - k + 1)}
+    grams = [tuple(query[i:i + k]) for i in range(len(query) - k + 1)]
+    return sum(g in seen for g in grams) / len(grams) if grams else 0.0
+
+
+def test_shared_kmer_share_matches_sets_and_test_is_kept_from_validation():
+    rng = np.random.default_rng(4)
+    train = [rng.integers(2, 6, rng.integers(3, 30)) for _ in range(15)]
+    queries = [rng.integers(2, 6, rng.integers(1, 30)) for _ in range(15)]
+    got = P.shared_kmer_share(train, queries, 3)
+    np.testing.assert_allclose(got, [_brute_share(train, q, 3) for q in queries])
+    # relatives only across validation and test: the second filter must find them
+    base = ["".join(np.random.default_rng(i).choice(list(P.AMINO_ACIDS), 60)) for i in range(60)]
+    seqs = base + [s[:55] + "WW" for s in base]
+    moved = 0
+    for seed in range(6):
+        sp = P.kmer_filtered_split(seqs, fractions=(0.5, 0.25, 0.25), k=5, max_shared=0.5, seed=seed)
+        assert len(sp.train) + len(sp.val) + len(sp.test) == len(seqs)
+        assert P.shared_kmer_share(sp.val, sp.test, 5).max(initial=0) <= 0.5
+        assert P.shared_kmer_share(sp.train, sp.test, 5).max(initial=0) <= 0.5
+        moved += sp.test_to_val
+    assert moved > 0
 
 
 def _brute_ngram_prob(train, order, k, context, a):
@@ -95,6 +123,15 @@ def test_ngram_matches_dict_counts_and_normalises():
     np.testing.assert_allclose(m.probs[-1].sum(1), 1.0)
     test = [rng.integers(2, 8, 5)]
     assert len(m.log_probs(test)) == 6  # 5 residues and the end token
+    np.testing.assert_array_equal(m.log_probs(test, end=False), m.log_probs(test)[:-1])
+    # windows: exactly the LM's targets w[1:], the END only where the window holds it
+    whole = np.concatenate([[P.END], test[0], [P.END]])
+    cropped = whole[:4]  # END and three residues: no end to predict
+    brute = [math.log(_brute_ngram_prob(train, 3, 2.0, ([P.END, P.END] + list(w[1:]))[i:i + 2], w[1 + i]))
+             for w in (whole, cropped) for i in range(len(w) - 1)]
+    assert math.isclose(m.window_nll([whole, cropped]), -np.mean(brute), rel_tol=1e-12)
+    with pytest.raises(ValueError):
+        m.log_probs(test, end=[True, False])
     uniform = P.NGramModel(1, k=1e9).fit(train)
     assert math.isclose(uniform.perplexity(test), P.VOCAB_SIZE, rel_tol=1e-6)
 
@@ -213,7 +250,10 @@ def test_case_plan_and_predictions():
     assert rows[0][1] == pytest.approx(2 * rows[1][1])  # packing removes half the slots
     assert [r for r, _ in rows][-1] == "+ bf16 autocast" and rows[-1][1] < rows[2][1]
     assert len(P.predicted_steps(1e12, 0.5, "T4", torch.float16)) == 3  # no TF32 on a T4
-    assert P.bottleneck({"attention": 1.0, "matrix products": 3.0}) == ("matrix products", 0.75)
+    assert P.bottleneck({"attention": 1.0, "matrix products": 3.0}) == (("matrix products",), 0.75)
+    tie = P.bottleneck({"element-wise, norms, copies": 47.3, "matrix products": 47.7, "optimizer": 5.0})
+    assert tie[0] == ("matrix products", "element-wise, norms, copies") and tie[1] == pytest.approx(0.477)
+    assert P.bottleneck({"a": 1.0, "b": 0.85})[0] == ("a",)
     assert P.fix_for("optimizer", ["baseline", "+ fused AdamW"]) == "+ fused AdamW"
     assert P.fix_for("attention", ["baseline"]) is None
     rows = ["baseline", "+ packed rows", "+ bf16 autocast", "+ torch.compile"]
@@ -250,6 +290,10 @@ def test_task_trains_in_the_harness_and_rates_compare():
         assert run.tokens >= 600 and math.isfinite(run.quality)
     ratio = P.batching_rate_ratio(task, "packed", "cpu", steps=1)
     assert 0 < ratio < math.inf
+    same = P.setting_rate_ratio(task, case_study.Setting(), case_study.Setting(), "cpu", steps=2)
+    assert 0.2 < same < 5  # the same setting against itself: one timing's noise, not a factor
+    with pytest.raises(ValueError):
+        P.setting_rate_ratio(task, case_study.Setting(), case_study.Setting(), "cpu", steps=0)
 
 
 def test_memory_grows_with_the_crop():

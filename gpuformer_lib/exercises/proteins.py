@@ -2,7 +2,8 @@
 
 - :func:`check_packing_prediction`: predict-then-measure; the ratio of real residues per second between
   packed rows and padded random batches, predicted from the padding share measured for the baseline's
-  batches, graded against the acceleration table's rates.
+  batches, graded against ``proteins.batching_rate_ratio`` (the two batchings timed interleaved, not the
+  table's rows, which ran a minute apart).
 - :func:`check_padding_prediction`: predict-then-measure; the padding share of random batches at a longer
   crop, predicted from the length distribution, graded against ``proteins.padded_share_by_crop``.
 - :func:`check_mcc`: the learner's Matthews correlation coefficient from a confusion matrix (a formula
