@@ -818,19 +818,26 @@ FORECASTING: tuple[F, ...] = (  # chapter 15: case study, stock prices and a for
 )
 
 _ESM2 = dict(
-    hardware="not stated in the abstract", software="the authors' ESM-2 / ESMFold code (fair-esm)",
+    hardware="not named in the quoted abstract", software="the authors' ESM-2 / ESMFold code (fair-esm)",
     url="https://www.biorxiv.org/content/10.1101/2022.07.20.500902v2.full",
     title="Lin et al. 2022/2023, Evolutionary-scale prediction of atomic level protein structure with a language model "
           "(bioRxiv 2022.07.20.500902v2; Science 2023)", where="Abstract", chapters=(14,))
+
+_PROTTRANS = dict(
+    hardware="Summit supercomputer (5616 GPUs) and TPU Pods (up to 1024 cores)", software="not stated in the abstract",
+    url="https://storage.prod.researchhub.com/uploads/papers/2023/10/11/pdf_extract/1302168.html",
+    title="Elnaggar et al., ProtTrans: Toward Understanding the Language of Life Through Self-Supervised Learning "
+          "(IEEE TPAMI 44(10), 2022)", where="Abstract", chapters=(14,))
 
 PROTEINS: tuple[F, ...] = (  # chapter 14: case study, protein sequences
     F(key="esm2-largest-parameters", value=15, unit="billion parameters",
       quantity="parameters of the largest ESM-2 protein language model",
       quote="we train models up to 15B parameters, the largest language model of proteins to date",
-      note="A masked (encoder) language model trained on UniRef sequences; chapter 14's causal model is a few "
-           "hundred thousand parameters on 20,000 proteins.", **_ESM2),
+      note="A masked (encoder) language model trained on UniRef sequences; chapter 14's causal models (sizes "
+           "printed on its page, per device) are orders of magnitude smaller and train on 20,000 proteins.", **_ESM2),
     F(key="esmfold-speedup-vs-sota", value=60, unit="x",
-      quantity="speed of ESMFold's structure prediction against the state of the art (AlphaFold2 with MSAs), at most",
+      quantity="speed of ESMFold's structure prediction against the state of the art, at most (the quoted sentence "
+               "does not name the method compared)",
       quote="This results in prediction that is up to 60x faster than state-of-the-art while maintaining resolution "
             "and accuracy.",
       note="An inference speedup from dropping the multiple-sequence-alignment search, not a training speedup.",
@@ -840,6 +847,17 @@ PROTEINS: tuple[F, ...] = (  # chapter 14: case study, protein sequences
       quote="This is the first large-scale structural characterization of metagenomic proteins, with more than 617 "
             "million structures.",
       note="What a sequence-only model's speed made possible at scale.", **_ESM2),
+    F(key="prottrans-summit-gpus", value=5616, unit="GPUs",
+      quantity="GPUs of the Summit supercomputer used to train the ProtTrans protein language models",
+      quote="The protein LMs (pLMs) were trained on the Summit supercomputer using 5616 GPUs and TPU Pod up-to 1024 "
+            "cores.",
+      note="The compute of protein language models at scale; the same sentence gives TPU Pods of up to 1024 cores.",
+      **_PROTTRANS),
+    F(key="prottrans-amino-acids-billions", value=393, unit="billion amino acids",
+      quantity="largest ProtTrans training set (UniRef and BFD), in amino acids",
+      quote="Here, we trained two auto-regressive models (Transformer-XL, XLNet) and four auto-encoder models (BERT, "
+            "Albert, Electra, T5) on data from UniRef and BFD containing up to 393 billion amino acids.",
+      note="Against chapter 14's corpus of 20,000 proteins.", **_PROTTRANS),
 )
 
 FIGURES: tuple[F, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS

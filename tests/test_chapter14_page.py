@@ -38,7 +38,13 @@ def test_verdict_words_agree_with_the_glued_values(cells):
         assert word in g["speed_words"], g["speed_words"]
     spread, tolerance = float(g["spread"]), float(g["tolerance"])
     assert g["tolerance_words"].startswith("larger") == (tolerance > spread)
-    assert g["lm_vs"].startswith("below") == (float(g["lm_loss"]) < float(g["uni_window"]))
+    loss, uni, tol = float(g["lm_loss"]), float(g["uni_window"]), float(g["tolerance"])
+    assert g["lm_vs"].startswith("below") == (loss <= uni - tol + 1e-3), g["lm_vs"]
+    assert g["lm_vs"].startswith("above") == (loss >= uni + tol - 1e-3), g["lm_vs"]
+    assert g["four_vs"].startswith("below") == (loss < float(g["four_window"]) - tol)
+    drop = float(g["lm_drop"])
+    assert abs(float(g["lm_initial"]) - loss - drop) < 2e-3
+    assert g["drop_words"].startswith("left") == (drop > 3 * tol)
     gap = float(g["enc_auc"]) - float(g["lr_auc"])
     expected = "the encoder beats" if gap > 0.01 else "the k-mer baseline beats" if gap < -0.01 else "about even"
     assert expected in g["pep_winner"], g["pep_winner"]
@@ -49,21 +55,36 @@ def test_verdict_words_agree_with_the_glued_values(cells):
     expected = "training added" if trained > control + 0.01 else "about as well" if trained > control - 0.01 else \
         "separated them better"
     assert expected in g["learned_words"], g["learned_words"]
-    m = re.search(r"\((\d+\.\d+)x\), (.*)$", g["fix_effect"])
+    m = re.search(r"it ran at (\d+\.\d+)x that row's rate, (.*) \(the table's single timings", g["fix_effect"])
+    assert m or g["fix_effect"] == "no row of this device's table applies it", g["fix_effect"]
     if m:
         ratio, words = float(m.group(1)), m.group(2)
-        assert words == ("a clear gain" if ratio > 1.15 else "a loss" if ratio < 0.87 else "within the noise of one timing")
+        assert words == ("a clear gain" if ratio >= 1.15 else "a loss" if ratio <= 1 / 1.15 else
+                         "within the noise of a few interleaved steps")
+    assert "proteins.setting_rate_ratio(" in pages.text(cells, "code")
     assert ("little to win" in g["pad_words"]) == (float(g["pad_here"].rstrip("%")) < 10)
     profile = next(o for o in pages.outputs(cells).split("\n") if o.startswith("bottleneck: "))
     assert g["top_category"] in profile
+    assert ("tie" in g["tie_words"]) == (" and " in g["top_category"])
+    code = pages.text(cells, "code")
+    assert "time_by_category(prof.events()" in code and "case_study.row_step(" in code
+    assert "table.summary()" in code
 
 
 def test_baselines_and_split(cells):
     g = pages.glued(cells)
     assert int(g["moved"]) > 0  # the filter found relatives across a random split
-    assert "assert check.max() <= split.max_shared" in pages.text(cells, "code")
+    assert "assert max(brute) <= split.max_shared" in pages.text(cells, "code")
+    assert "window_nll(eval_windows)" in pages.text(cells, "code")  # the n-grams score the LM's exact targets
+    assert "assert ks[0] < best.k < ks[-1]" in pages.text(cells, "code")
     assert 1 < float(g["four_ppl"]) <= float(g["uni_ppl"]) < 20  # both below uniform over 20 letters
     assert float(g["lr_auc"]) > 0.5 and float(g["pep_majority"]) > 0.5
+
+
+def test_plots_are_shown(cells):
+    images = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
+              if "image/png" in o.get("data", {})]
+    assert len(images) >= 3  # memory by crop, padding by crop, validation loss against training seconds
 
 
 def test_gpu_view_has_its_three_kinds(cells):

@@ -132,6 +132,8 @@ def test_ngram_matches_dict_counts_and_normalises():
     assert math.isclose(m.window_nll([whole, cropped]), -np.mean(brute), rel_tol=1e-12)
     with pytest.raises(ValueError):
         m.log_probs(test, end=[True, False])
+    refit = m.with_k(5.0)
+    np.testing.assert_array_equal(refit.probs[-1], P.NGramModel(3, k=5.0).fit(train).probs[-1])
     uniform = P.NGramModel(1, k=1e9).fit(train)
     assert math.isclose(uniform.perplexity(test), P.VOCAB_SIZE, rel_tol=1e-6)
 
