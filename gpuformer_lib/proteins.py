@@ -717,7 +717,7 @@ def case_plan(profile, preset) -> CasePlan:
       classifier epoch, 1- and 2-mers for the peptide baseline;
     - ``cpu``: a 2-layer, width-64 model on windows of 128 residues, batches of 8, 60,000 residues a row
       (about 60 optimizer steps at lr 6e-3, four evaluations; 48,000 left the model short of the unigram
-      baseline, 72,000 reached it but not the page's 60 s), one seed, tolerance 0.02 nats (about 3x the measured seed-to-seed spread, 0.003-0.007),
+      baseline, 72,000 reached it and ran the page further past its time budget), one seed, tolerance 0.02 nats (about 3x the measured seed-to-seed spread, 0.003-0.007),
       one classifier epoch;
     - ``gpu-small`` (T4): width 256, 4 layers, crop 512, 20 M residues a row, seeds 0-1, tolerance 0.02;
     - ``gpu`` (A100/H100): width 512, 6 layers, crop 1,024, 50 M residues (about 6 epochs of the training proteins' ~8 M residues),
