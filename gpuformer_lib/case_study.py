@@ -310,6 +310,23 @@ def row_step(task: Task, setting: Setting, device: torch.device | str, seed: int
     return RowStep(model, optimizer, step)
 
 
+def fixing_row(category: str, row_names: Sequence[str], fixes: Sequence[tuple[str, Sequence[str]]], *,
+               strict: bool = True) -> str | None:
+    """The first table row (by name) whose acceleration addresses a profile ``category``: ``fixes`` maps each
+    category (``bench.time_by_category``'s names) to words of the row names that address it, in order of
+    preference. None when no row does; an unknown category raises (``strict``) or gives None."""
+    for name, words in fixes:
+        if name == category:
+            for word in words:
+                for row in row_names:
+                    if word.lower() in row.lower():
+                        return row
+            return None
+    if strict:
+        raise ValueError(f"unknown profile category {category!r}; known: {[n for n, _ in fixes]}")
+    return None
+
+
 def ratio_words(ratio: float, *, margin: float = 1.1, above: str = "faster", below: str = "slower",
                 about: str = "about as fast") -> str:
     """The word a ratio (before / after, or any "how many times") earns: ``above`` when it is at least

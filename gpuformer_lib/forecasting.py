@@ -835,14 +835,7 @@ _FIXES = (  # profile category (bench.time_by_category) -> words of the table ro
 def fix_for(category: str, row_names: Sequence[str]) -> str | None:
     """The first row of chapter 15's table (by name) whose acceleration addresses profile ``category``; None
     when no row does (or the category is one no row targets, e.g. the loss)."""
-    for name, words in _FIXES:
-        if name == category:
-            for word in words:
-                for row in row_names:
-                    if word.lower() in row.lower():
-                        return row
-            return None
-    return None
+    return case_study.fixing_row(category, row_names, _FIXES, strict=False)
 
 
 def verdict(model_score: float, baseline_score: float, *, margin: float = 0.01) -> str:

@@ -825,14 +825,7 @@ def bottleneck(times: dict[str, float], tie: float = 0.1) -> tuple[tuple[str, ..
 
 def fix_for(category: str, row_names: Sequence[str]) -> str | None:
     """The first table row (by name) whose acceleration addresses ``category``; None when none does."""
-    for name, words in _FIXES:
-        if name == category:
-            for word in words:
-                for row in row_names:
-                    if word.lower() in row.lower():
-                        return row
-            return None
-    raise ValueError(f"unknown profile category {category!r}; known: {[n for n, _ in _FIXES]}")
+    return case_study.fixing_row(category, row_names, _FIXES)
 
 
 def setting_rate_ratio(task: case_study.Task, before: case_study.Setting, after: case_study.Setting, device, *,

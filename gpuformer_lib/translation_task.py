@@ -450,14 +450,7 @@ def bottleneck(times: dict[str, float]) -> tuple[str, float]:
 def fix_for(category: str, row_names: Sequence[str]) -> str | None:
     """The first row of the acceleration table (by name) whose acceleration addresses ``category``; None
     when no row does."""
-    for name, words in _FIXES:
-        if name == category:
-            for word in words:
-                for row in row_names:
-                    if word.lower() in row.lower():
-                        return row
-            return None
-    raise ValueError(f"unknown profile category {category!r}; known: {[n for n, _ in _FIXES]}")
+    return case_study.fixing_row(category, row_names, _FIXES)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,3 +76,28 @@ def assert_glues_match(cells) -> None:
     used, stored = glue_uses(cells), set(glued(cells))
     assert used <= stored, f"used but never glued: {sorted(used - stored)}"
     assert stored <= used, f"glued but never used: {sorted(stored - used)}"
+
+
+def assert_no_share_above_100(cells, mimes=("text/plain", "text/html")) -> None:
+    """No stored output shows a percentage above 100 (a share, utilisation or efficiency cannot exceed it)."""
+    text = outputs(cells, mimes=mimes)
+    for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", text):
+        assert float(match.group(1)) <= 100, text[max(0, match.start() - 80): match.end()]
+
+
+def assert_gpu_view(cells) -> str:
+    """The page's GPU view has its three kinds (measured, predicted, published) and names a T4 and an H100;
+    returns the page's HTML outputs for further checks."""
+    html = outputs(cells, mimes=("text/html",))
+    for kind in ("measured", "predicted", "published"):
+        assert f"gpuview-{kind}" in html, kind
+    for gpu in ("T4", "H100"):
+        assert gpu in html
+    return html
+
+
+def hidden_solutions(cells) -> list:
+    """The solution cells, each asserted to be hidden (tagged ``hide-cell``) in the book."""
+    solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+    return solutions

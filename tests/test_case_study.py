@@ -265,3 +265,13 @@ def test_summary_and_gain_words_follow_the_table():
     assert before == "+ fast" and ratio == pytest.approx(2.0) and words == "a clear gain"  # the skipped row passed over
     with pytest.raises(ValueError, match="not a measured row"):
         table.gain("+ tf32")
+
+
+def test_fixing_row_picks_the_first_row_that_addresses_a_category():
+    fixes = (("matrix products", ("bf16", "fp16")), ("attention", ("fused attention",)))
+    rows = ["baseline", "+ token-budget batches", "+ fp16 autocast", "+ bf16 autocast", "+ fused attention"]
+    assert cs.fixing_row("matrix products", rows, fixes) == "+ bf16 autocast"  # the fixes' order, not the rows'
+    assert cs.fixing_row("attention", rows[:3], fixes) is None
+    with pytest.raises(ValueError, match="unknown profile category"):
+        cs.fixing_row("loss", rows, fixes)
+    assert cs.fixing_row("loss", rows, fixes, strict=False) is None

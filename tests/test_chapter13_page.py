@@ -19,9 +19,7 @@ def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
 
 
 def test_no_stored_share_or_utilisation_above_100_percent(cells):
-    text = _outputs(cells)
-    for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", text):
-        assert float(match.group(1)) <= 100, text[max(0, match.start() - 80): match.end()]
+    pages.assert_no_share_above_100(cells)
     code = pages.text(cells, "code")
     assert "max(dp_time['communication_share'], 0.0)" not in code  # a negative share is reported, not hidden
 
@@ -76,11 +74,7 @@ def test_the_split_leaks_nothing_and_the_baselines_are_scored(cells):
 
 
 def test_gpu_view_has_its_three_kinds(cells):
-    html = pages.outputs(cells, mimes=("text/html",))
-    for kind in ("measured", "predicted", "published"):
-        assert f"gpuview-{kind}" in html, kind
-    for gpu in ("T4", "H100"):
-        assert gpu in html
+    pages.assert_gpu_view(cells)
     code = pages.text(cells, "code")
     assert "translation_task.predicted_rows(" in code and 'gpu_view.published(key)' in code
     assert "case_study.cumulative_settings(" in code  # the predicted rows are the measured ladder's rows
@@ -91,8 +85,7 @@ def test_gpu_view_has_its_three_kinds(cells):
 
 
 def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
-    solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
-    assert len(solutions) >= 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+    assert len(pages.hidden_solutions(cells)) >= 3
     code = pages.text(cells, "code")
     for check in ("check_token_budget_prediction", "check_refusal_diagnosis", "check_kv_cache_flop_prediction"):
         assert f"assert {check}(" in code

@@ -19,9 +19,7 @@ def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
 
 
 def test_no_stored_share_above_100_percent(cells):
-    text = pages.outputs(cells)
-    for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", text):
-        assert float(match.group(1)) <= 100, text[max(0, match.start() - 80): match.end()]
+    pages.assert_no_share_above_100(cells)
     assert pages.text(cells, "code").count("bench.check_fraction(") >= 3
 
 
@@ -90,17 +88,12 @@ def test_verdict_words_agree_with_the_glued_values(cells):
 
 
 def test_gpu_view_has_its_three_kinds(cells):
-    html = pages.outputs(cells, mimes=("text/html",))
-    for kind in ("measured", "predicted", "published"):
-        assert f"gpuview-{kind}" in html, kind
-    for gpu in ("T4", "H100"):
-        assert gpu in html
+    pages.assert_gpu_view(cells)
     assert "forecasting.step_prediction(" in pages.text(cells, "code")
 
 
 def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
-    solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
-    assert len(solutions) == 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+    assert len(pages.hidden_solutions(cells)) == 3
     code = pages.text(cells, "code")
     for check in ("check_patch_attention_prediction", "check_trailing_mean", "check_ewma_half_life_prediction"):
         assert f"assert {check}(" in code
