@@ -310,6 +310,32 @@ def row_step(task: Task, setting: Setting, device: torch.device | str, seed: int
     return RowStep(model, optimizer, step)
 
 
+def interleaved_rates(task: Task, before: Setting, after: Setting, device: torch.device | str, *, steps: int = 6,
+                      seed: int = 0) -> tuple[float, float]:
+    """Real tokens (``task.count``) per second of the training step under ``before`` and under ``after``: each
+    setting's model, optimizer and step built as the table's row builds them (:func:`row_step`), trained
+    ``steps`` steps each on its own epoch-0 batches, interleaved (before, after, before, ...) after one untimed
+    warm-up step each, so that a machine whose load drifts slows both alike. The table's rows run a minute
+    apart; this measurement runs both within a second of each other."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    device = torch.device(device)
+    runs = [(row_step(task, setting, device, seed), iter(task.batches(setting, seed, 0))) for setting in (before, after)]
+    tokens, seconds = [0, 0], [0.0, 0.0]
+    for i in range(steps + 1):
+        for k, (row, stream) in enumerate(runs):
+            batch = next(stream)
+            on_device = batch.to(device) if hasattr(batch, "to") else batch
+            bench.synchronize(device)
+            started = time.perf_counter()
+            row.step([on_device])
+            bench.synchronize(device)
+            if i > 0:  # the first step of each is a warm-up
+                seconds[k] += time.perf_counter() - started
+                tokens[k] += task.count(batch)
+    return tokens[0] / seconds[0], tokens[1] / seconds[1]
+
+
 def fixing_row(category: str, row_names: Sequence[str], fixes: Sequence[tuple[str, Sequence[str]]], *,
                strict: bool = True) -> str | None:
     """The first table row (by name) whose acceleration addresses a profile ``category``: ``fixes`` maps each

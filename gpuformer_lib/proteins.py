@@ -831,30 +831,9 @@ def fix_for(category: str, row_names: Sequence[str]) -> str | None:
 def setting_rate_ratio(task: case_study.Task, before: case_study.Setting, after: case_study.Setting, device, *,
                        steps: int = 6, seed: int = 0) -> float:
     """Real residues per second under ``after`` over those under ``before``: each setting's model, optimizer and
-    step built as the table's row builds them (``case_study.row_step``), trained ``steps`` steps each,
-    interleaved (before, after, before, ...) after one warm-up step each, so that a busy machine slows both
-    alike; the ratio of total residues over total seconds."""
-    import time
-
-    from gpuformer_lib import bench
-
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
-    device = torch.device(device)
-    runs = {"before": (case_study.row_step(task, before, device, seed), iter(task.batches(before, seed, 0))),
-            "after": (case_study.row_step(task, after, device, seed), iter(task.batches(after, seed, 0)))}
-    done = {k: [0, 0.0] for k in runs}
-    for i in range(steps + 1):
-        for k, (row, stream) in runs.items():
-            batch = next(stream).to(device)
-            bench.synchronize(device)
-            start = time.perf_counter()
-            row.step([batch])
-            bench.synchronize(device)
-            if i:  # the first step of each is a warm-up
-                done[k][0] += batch.real
-                done[k][1] += time.perf_counter() - start
-    return (done["after"][0] / done["after"][1]) / (done["before"][0] / done["before"][1])
+    step built as the table's row builds them, timed interleaved (``case_study.interleaved_rates``)."""
+    rate_before, rate_after = case_study.interleaved_rates(task, before, after, device, steps=steps, seed=seed)
+    return rate_after / rate_before
 
 
 def batching_rate_ratio(task: case_study.Task, kind: str, device, *, steps: int = 6, seed: int = 0) -> float:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
-import time
 from typing import Sequence
 
 import torch
@@ -456,7 +455,7 @@ def fix_for(category: str, row_names: Sequence[str]) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class BatchingTiming:
     """Real target tokens per second of one training step on random and on token-budget batches, timed
-    interleaved on one model (so a machine whose load drifts slows both alike)."""
+    interleaved (so a machine whose load drifts slows both alike)."""
 
     random_rate: float
     budget_rate: float
@@ -471,34 +470,10 @@ class BatchingTiming:
 
 def batching_speedup(task: case_study.Task, device: torch.device | str, *, steps: int = 6, seed: int = 0
                      ) -> BatchingTiming:
-    """Time the baseline's training step (``case_study.row_step``, the table's own step) on ``steps`` random and
-    ``steps`` token-budget batches of one epoch, alternating one of each, after one untimed step of each; the
-    rates are real target tokens over the summed seconds. The table's rows run a minute apart; this
+    """The baseline's training step (the table's own) timed on random and on token-budget batches of one
+    epoch, interleaved (``case_study.interleaved_rates``): the table's rows run a minute apart, this
     measurement runs both batchings within a second of each other."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    from gpuformer_lib import bench
-
-    device = torch.device(device)
     baseline = case_study.Setting()
-    row = case_study.row_step(task, baseline, device, seed)
-    kinds = {"random": baseline, "token_budget": baseline.with_options(batching="token_budget")}
-    batches = {}
-    for name, setting in kinds.items():
-        it = iter(task.batches(setting, seed, 0))
-        batches[name] = [next(it) for _ in range(steps + 1)]
-    seconds = {name: 0.0 for name in kinds}
-    tokens = {name: 0 for name in kinds}
-    for i in range(steps + 1):
-        for name in kinds:
-            batch = batches[name][i]
-            on_device = batch.to(device)
-            bench.synchronize(device)
-            started = time.perf_counter()
-            row.step([on_device])
-            bench.synchronize(device)
-            if i > 0:  # the first step of each is a warm-up
-                seconds[name] += time.perf_counter() - started
-                tokens[name] += task.count(batch)
-    return BatchingTiming(random_rate=tokens["random"] / seconds["random"],
-                          budget_rate=tokens["token_budget"] / seconds["token_budget"], steps=steps)
+    random_rate, budget_rate = case_study.interleaved_rates(
+        task, baseline, baseline.with_options(batching="token_budget"), device, steps=steps, seed=seed)
+    return BatchingTiming(random_rate=random_rate, budget_rate=budget_rate, steps=steps)
