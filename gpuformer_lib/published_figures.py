@@ -214,7 +214,7 @@ HEADS = (
       quantity="decode speed of Llama-2-7B in bf16 at batch size 1 (gpt-fast, torch.compile, KV cache)",
       hardware="NVIDIA A100-80GB (one of 8, power-limited to 330 W)", software="PyTorch nightly (late 2023), gpt-fast",
       url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)", where="Benchmarks table, row Base",
-      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4,),
+      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4, 16),
       note="Batch size 1 and a 5-token prompt: each token reads every weight once, so the rate is bandwidth-bound."),
     F(key="gpt-fast-llama2-7b-decode-bandwidth", value=1397.31, unit="GB/s",
       quantity="memory bandwidth reached while decoding Llama-2-7B in bf16 at batch size 1",
@@ -353,7 +353,7 @@ PRECISION: tuple[F, ...] = (  # chapter 8: mixed precision, FP8
       title="Stas Bekman, Machine Learning Engineering Open Book: Accelerators",
       where="TFLOPS comparison table (theoretical peak, w/o sparsity; columns fp32, tf32, fp16, bf16, fp8, int8), "
             "fp8 column; a secondary source restating NVIDIA's datasheet",
-      quote="| NVIDIA H100 SXM       |  67.0 |  494.5 |  989 |  989 | 1979 | 1979 |", chapters=(8,),
+      quote="| NVIDIA H100 SXM       |  67.0 |  494.5 |  989 |  989 | 1979 | 1979 |", chapters=(8, 16),
       note="Twice the bf16 peak (989): the most an FP8 matrix product can gain over bf16 on this GPU. The input "
            "of the course's FP8 prediction (fp8.FP8_DENSE_PEAK_TFLOPS); a T4 has no FP8 tensor cores."),
     F(key="transformer-v100-amp-training-speedup", value=3.12, unit="x",
@@ -387,7 +387,7 @@ PRECISION: tuple[F, ...] = (  # chapter 8: mixed precision, FP8
       quote="initial results show throughput speedups of up to 1.5x on 128 GPU LLaMa 3 70B pretraining jobs",
       note="A whole training job at scale; an upper figure ('up to'), 'initial results'. The sentence names neither "
            "the GPU nor the baseline; the README's microbenchmarks compare float8 with bfloat16 on an H100.",
-      **_TORCHAO_FLOAT8),
+      **{**_TORCHAO_FLOAT8, "chapters": (8, 16)}),
 )
 
 MEMORY: tuple[F, ...] = (  # chapter 9: memory, accumulation, checkpointing
@@ -860,6 +860,182 @@ PROTEINS: tuple[F, ...] = (  # chapter 14: case study, protein sequences
       note="Against chapter 14's corpus of 20,000 proteins.", **_PROTTRANS),
 )
 
+_PT2 = dict(
+    url="https://github.com/pytorch/pytorch.github.io/blob/01a1591c05eec011ff6288cb405ad3db8cd8e9b0/_get_started/"
+        "pytorch.md",
+    title="PyTorch 2.x: faster, more pythonic and as dynamic as ever (pytorch.org's PyTorch 2.0 overview page; its "
+          "source in pytorch/pytorch.github.io)",
+    hardware="NVIDIA A100 (one GPU)", software="PyTorch 2.0 nightly binaries (before the first stable 2.0 release), torch.compile with TorchInductor",
+    where="section 'PyTorch 2.x: faster, more pythonic and as dynamic as ever'", chapters=(16,))
+_CUDA_GRAPHS = dict(
+    url="https://github.com/pytorch/pytorch.github.io/blob/18894bcaa8a8873287768e4a07d73d58889f8648/_posts/"
+        "2021-10-26-accelerating-pytorch-with-cuda-graphs.md",
+    title="Accelerating PyTorch with CUDA Graphs (PyTorch blog, Nguyen, Carilli, Eryilmaz et al., October 2021)",
+    software="PyTorch 1.10 CUDA graphs API (torch.cuda.graph, make_graphed_callables), NVIDIA MLPerf training v1.0 "
+             "code", chapters=(16,))
+_GPT_FAST = dict(url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)",
+                 software="PyTorch nightly (late 2023), gpt-fast, torch.compile", chapters=(16,))
+_GPT_FAST_A100 = "NVIDIA A100-80GB (one of 8, power-limited to 330 W)"
+_BERT_DYNAMIC_QUANT = dict(
+    hardware="a MacBook Pro CPU (model not stated)",
+    software="PyTorch torch.quantization.quantize_dynamic (nn.Linear to qint8), HuggingFace transformers "
+             "(the tutorial installs 4.29.2); fine-tuned bert-base-uncased on GLUE MRPC, 408 evaluation examples",
+    url="https://github.com/pytorch/tutorials/blob/0310be69c9e2adc6aad448a361c482ba8cb1a70a/intermediate_source/"
+        "dynamic_quantization_bert_tutorial.rst",
+    title="(beta) Dynamic Quantization on BERT (PyTorch tutorial, Jianyu Huang)",
+    where="3.2 Evaluate the inference accuracy and time: results table (columns Prec, F1 score, Model Size, "
+          "1 thread, 4 threads)", chapters=(16,))
+_BERT_FP32_ROW = "| FP32 |  0.9019  |   438 MB   | 160 sec  | 85 sec    |"
+_BERT_INT8_ROW = "| INT8 |  0.902   |   181 MB   |  90 sec  | 46 sec    |"
+_DISTILBERT = dict(
+    hardware="not stated in the abstract", software="not stated in the abstract",
+    url="https://arxiv.org/abs/1910.01108",
+    title="DistilBERT, a distilled version of BERT: smaller, faster, cheaper and lighter (Sanh, Debut, Chaumond "
+          "and Wolf, 2019; arXiv:1910.01108)",
+    where="abstract (read as reproduced verbatim for arXiv 1910.01108v4 at "
+          "https://www.scholarfeed.org/paper/1910.01108v4)",
+    quote="it is possible to reduce the size of a BERT model by 40%, while retaining 97% of its language "
+          "understanding capabilities and being 60% faster.", chapters=(16,))
+
+TOOLS: tuple[F, ...] = (  # chapter 16: compilers, CUDA graphs, XLA/TPU, export, compression, profilers, ROCm
+    # torch.compile as PyTorch published it
+    F(key="torch-compile-a100-training-speedup", value=43, unit="% faster (weighted mean over 163 models)",
+      quantity="training speed of torch.compile over eager, mean over 163 open-source models (HuggingFace, TIMM, "
+               "TorchBench), weighted 0.75 x AMP + 0.25 x float32",
+      quote="Across these 163 open-source models `torch.compile` works 93% of time, and the model runs 43% faster "
+            "in training on an NVIDIA A100 GPU.",
+      note="A mean over many models on a server GPU; the page adds that on a desktop GPU (RTX 3090) the speedups "
+           "are lower. Compare with the compile speedup measured on this page's device, and with its compile time, "
+           "which the page does not give.", **_PT2),
+    F(key="torch-compile-a100-amp-speedup", value=51, unit="% faster (mean over 163 models)",
+      quantity="training speed of torch.compile over eager in automatic mixed precision (AMP)",
+      quote="At Float32 precision, it runs 21% faster on average and at AMP Precision it runs 51% faster on "
+            "average.",
+      note="The page measures both precisions because 'speedups can be dependent on data-type'.", **_PT2),
+    F(key="torch-compile-a100-fp32-speedup", value=21, unit="% faster (mean over 163 models)",
+      quantity="training speed of torch.compile over eager in float32",
+      quote="At Float32 precision, it runs 21% faster on average and at AMP Precision it runs 51% faster on "
+            "average.", **_PT2),
+    F(key="torch-compile-works-share", value=93, unit="% of models",
+      quantity="share of the 163 benchmark models torch.compile compiled and ran correctly",
+      quote="Across these 163 open-source models `torch.compile` works 93% of time, and the model runs 43% faster "
+            "in training on an NVIDIA A100 GPU.",
+      note="Not every model compiles: graph breaks and failures are why the chapter shows torch._dynamo.explain.",
+      **_PT2),
+    # CUDA graphs
+    F(key="cuda-graphs-mlperf-mask-rcnn-speedup", value=1.70, unit="x",
+      quantity="MLPerf training v1.0 Mask R-CNN, speedup from CUDA graphs",
+      hardware="272 NVIDIA GPUs (the post does not name the model)",
+      where="Example use cases, Table 1: MLPerf training v1.0 performance improvement with PyTorch CUDA graph",
+      quote="| Mask R-CNN                  | 272             | 1.70×                    |",
+      note="Per-GPU batch size 1: the CPU could not launch kernels fast enough, so removing launch overhead paid "
+           "most. Only the backbone was graphed.", **_CUDA_GRAPHS),
+    F(key="cuda-graphs-mlperf-bert-speedup", value=1.12, unit="x",
+      quantity="MLPerf training v1.0 BERT at its largest scale, speedup from CUDA graphs",
+      hardware="4096 NVIDIA GPUs (the post does not name the model)",
+      where="Example use cases, Table 1: MLPerf training v1.0 performance improvement with PyTorch CUDA graph",
+      quote="| BERT                        | 4096            | 1.12×                    |",
+      note="Capturing the whole model needed static shapes (a mask instead of gathering the valid tokens) and no "
+           "CPU-GPU synchronisation inside the step.", **_CUDA_GRAPHS),
+    F(key="cuda-graphs-mask-rcnn-backbone-ms-before", value=31, unit="ms",
+      quantity="time of the Mask R-CNN backbone before CUDA graphs, read on an Nsight Systems timeline "
+               "(per-GPU batch 1; the CPU at 100 % load, the GPU idle between kernels)",
+      hardware="one NVIDIA GPU of the MLPerf v1.0 Mask R-CNN run (the post does not name the model)",
+      where="Example use cases, Mask R-CNN (Figures 3 and 4: NSight timeline plots)",
+      quote="The graphed portion now runs in 6 ms instead of 31ms, a speedup of 5x.",
+      note="The Nsight Systems example of the chapter: a timeline showing gaps between kernels (launch-bound) "
+           "and the same region after graphing. 5x on the graphed region became about 1.7x for the whole step.",
+      **_CUDA_GRAPHS),
+    F(key="cuda-graphs-mask-rcnn-backbone-ms-after", value=6, unit="ms",
+      quantity="time of the same Mask R-CNN backbone region after CUDA graphs (Nsight Systems timeline)",
+      hardware="one NVIDIA GPU of the MLPerf v1.0 Mask R-CNN run (the post does not name the model)",
+      where="Example use cases, Mask R-CNN (Figure 4: CUDA graphs optimization)",
+      quote="The graphed portion now runs in 6 ms instead of 31ms, a speedup of 5x.", **_CUDA_GRAPHS),
+    # XLA on TPUs: JAX (MaxText) and the TPU v4 paper
+    F(key="maxtext-tpu-v5p-32b-mfu", value=71.47, unit="% MFU",
+      quantity="model FLOPs utilization training a 32B-parameter LLM with MaxText (pure JAX, compiled by XLA)",
+      hardware="Google Cloud TPU v5p-128", software="MaxText (JAX, XLA), commit cc7478e",
+      url="https://github.com/google/maxtext/blob/cc7478e29dcf12d2f03d38d65d21d21f65380a60/README.md",
+      title="MaxText (README)", where="Runtime Performance Results, TPU v5p table, row 32B",
+      quote="| 32B | v5p-128 | 3.28e+02 | 71.47% |", chapters=(16,),
+      note="The README: 'MaxText is pure Python, relying heavily on the XLA compiler to achieve high "
+           "performance'. Compare with the GPU MFUs in the registry (PaLM, Megatron, llm.c) and the course's own."),
+    F(key="tpu-v4-vs-a100-speedup", value=1.2, unit="x (low end of the stated 1.2x-1.7x)",
+      quantity="speed of a TPU v4 system over an NVIDIA A100 system of similar size (the paper's comparison)",
+      hardware="Google TPU v4 against NVIDIA A100, similar-sized systems", software="not stated in the abstract",
+      url="https://arxiv.org/abs/2304.01433",
+      title="TPU v4: An Optically Reconfigurable Supercomputer for Machine Learning with Hardware Support for "
+            "Embeddings (Jouppi et al., ISCA 2023; arXiv:2304.01433)",
+      where="abstract (read as reproduced verbatim for arXiv 2304.01433v3 at https://pith.science/p/2304.01433)",
+      quote="For similar sized systems, it is ~4.3x-4.5x faster than the Graphcore IPU Bow and is 1.2x-1.7x faster "
+            "and uses 1.3x-1.9x less power than the Nvidia A100.", chapters=(16,),
+      note="The vendor's own comparison of its chip with a GPU of the previous generation; the same sentence says "
+           "1.3x-1.9x less power."),
+    # FP8 and weight-only quantization
+    F(key="gpt-fast-llama2-7b-int8-tokens-per-s", value=155.58, unit="tokens/s",
+      quantity="decode speed of Llama-2-7B with int8 weight-only quantization, batch size 1",
+      hardware=_GPT_FAST_A100, where="Benchmarks table, row 8-bit (Llama-2-7B)",
+      quote="|           | 8-bit   | 155.58   | 1069.20 |",
+      note="Against 104.9 tokens/s in bf16 (gpt-fast-llama2-7b-decode-tokens-per-s): half the bytes per weight, "
+           "and decoding is bandwidth-bound, so fewer bytes means more tokens per second.", **_GPT_FAST),
+    F(key="gpt-fast-llama2-7b-int4-tokens-per-s", value=196.80, unit="tokens/s",
+      quantity="decode speed of Llama-2-7B with int4 weight-only quantization (group size 32), batch size 1",
+      hardware=_GPT_FAST_A100, where="Benchmarks table, row 4-bit (G=32) (Llama-2-7B)",
+      quote="|           | 4-bit (G=32)   | 196.80   | 862.69 |",
+      note="Less than 4x the bf16 rate for a quarter of the bytes: the memory bandwidth reached falls (862.69 GB/s "
+           "in the same row, against 1397.31 in bf16).", **_GPT_FAST),
+    F(key="gpt-fast-llama2-7b-mi250x-tokens-per-s", value=76.33, unit="tokens/s",
+      quantity="decode speed of Llama-2-7B in bf16 at batch size 1 on an AMD GPU (PyTorch ROCm build)",
+      hardware="one GCD of an AMD Instinct MI250X", where="Benchmarks, AMD table, row Base (Llama-2-7B)",
+      quote="| Llama-2-7B  | Base    |  76.33  | 1028.70 |",
+      note="The same gpt-fast code (the README: 'Supports Nvidia and AMD GPUs') on a PyTorch ROCm build; "
+           "compare with 104.9 tokens/s on the power-limited A100.",
+      **_GPT_FAST),
+    # post-training dynamic quantization on the CPU
+    F(key="bert-dynamic-quant-fp32-size", value=438, unit="MB",
+      quantity="size of the fine-tuned BERT-base (MRPC) state dict in float32", quote=_BERT_FP32_ROW,
+      **_BERT_DYNAMIC_QUANT),
+    F(key="bert-dynamic-quant-int8-size", value=181, unit="MB",
+      quantity="size of the same model after dynamic int8 quantization of its nn.Linear layers",
+      quote=_BERT_INT8_ROW,
+      note="Not 4x smaller: the word embedding table (about 90 MB, the tutorial says) stays in float32.",
+      **_BERT_DYNAMIC_QUANT),
+    F(key="bert-dynamic-quant-fp32-eval-seconds", value=160, unit="s",
+      quantity="time to evaluate the 408 MRPC examples in float32, 1 thread", quote=_BERT_FP32_ROW,
+      **_BERT_DYNAMIC_QUANT),
+    F(key="bert-dynamic-quant-int8-eval-seconds", value=90, unit="s",
+      quantity="time to evaluate the 408 MRPC examples after dynamic int8 quantization, 1 thread",
+      quote=_BERT_INT8_ROW,
+      note="With 4 threads: 85 s (float32) and 46 s (int8), the same table says.", **_BERT_DYNAMIC_QUANT),
+    F(key="bert-dynamic-quant-int8-f1", value=0.902, unit="F1 (MRPC)",
+      quantity="F1 score on MRPC after dynamic int8 quantization (float32: 0.9019 in the same table)",
+      quote=_BERT_INT8_ROW,
+      note="The table shows the two F1 scores level (0.9019 and 0.902) while the tutorial's text says '0.6% lower "
+           "F1 score accuracy'; the source disagrees with itself, so read it as 'quality about unchanged'.",
+      **_BERT_DYNAMIC_QUANT),
+    # knowledge distillation
+    F(key="distilbert-size-reduction", value=40, unit="% smaller than BERT",
+      quantity="size reduction of DistilBERT against BERT, by knowledge distillation during pre-training",
+      **_DISTILBERT),
+    F(key="distilbert-performance-retained", value=97, unit="% of BERT's language understanding",
+      quantity="share of BERT's language-understanding capabilities DistilBERT keeps", **_DISTILBERT),
+    F(key="distilbert-speedup", value=60, unit="% faster than BERT",
+      quantity="speed of DistilBERT against BERT, as the abstract states it", **_DISTILBERT),
+    # ONNX Runtime
+    F(key="onnxruntime-bert-squad-latency-speedup", value=17, unit="x",
+      quantity="BERT inference latency on SQuAD with Microsoft's transformer optimizations in ONNX Runtime",
+      hardware="not named in the sentence (the article describes Azure CPU and GPU VMs)",
+      software="ONNX Runtime (January 2020, with the open-sourced BERT optimizations)",
+      url="https://www.infoq.com/news/2020/01/microsoft-bert-acceleration/",
+      title="Microsoft Open-Sources ONNX Acceleration for BERT AI Model (InfoQ, January 2020)",
+      where="first paragraph (a news report of Microsoft's blog post by Emma Ning et al.)",
+      quote="With the optimizations, the model's inference latency on the SQUAD benchmark sped up 17x.",
+      chapters=(16,),
+      note="A secondary source reporting the vendor's figure; the sentence does not state the baseline. The "
+           "optimizations fuse the self-attention, layer norm and GELU sub-graphs into single kernels (Microsoft's "
+           "post of 2020-01-21, as quoted in press reports): fusion of the kind torch.compile does."),
+)
+
 FIGURES: tuple[F, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
                           + TRAINING + PRECISION + MEMORY + PROFILING + DATA_PARALLEL + MODEL_PARALLEL
-                          + CASE_TRANSLATION + PROTEINS + FORECASTING)
+                          + CASE_TRANSLATION + PROTEINS + FORECASTING + TOOLS)
