@@ -1,0 +1,225 @@
+"""Compression (``gpuformer_lib.compression``): the from-scratch int8 quantizer against its float64
+rounding bound, the int8 product against exact integer arithmetic, ``Int8Linear`` against the float
+layer within the derived bound (and no worse than ``torch.ao``'s dynamic int8 Linear), quantized models
+against fp32 with smaller state dicts, the distillation loss and its gradient against a float64 reference
+written independently, the hard-label control of ``distill``, and the clear errors."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpuformer_lib import compression as C
+from gpuformer_lib.model import DecoderLM, TransformerConfig
+
+VOCAB = 23
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _weights(rows=48, cols=40, seed=0):
+    w = torch.randn(rows, cols, generator=_gen(seed)) * 10 ** torch.empty(rows, 1).uniform_(-3, 1, generator=_gen(seed + 1))
+    w[3] = 0.0  # an all-zero row: scale 1, codes 0
+    return w
+
+
+# --------------------------------------------------------------------------- int8 from scratch
+
+
+def test_per_channel_rounding_within_half_a_step_in_float64():
+    w = _weights()
+    q, scale = C.quantize_per_channel(w)
+    assert q.dtype == torch.int8 and scale.shape == (w.shape[0],) and q.abs().max() <= C.INT8_MAX
+    err = (w.double() - q.double() * scale.double()[:, None]).abs()
+    assert (err <= scale.double()[:, None] / 2 * (1 + 1e-6)).all()
+    assert scale[3] == 1 and (q[3] == 0).all()
+    nonzero = [i for i in range(w.shape[0]) if i != 3]
+    assert (q[nonzero].abs().amax(1) == C.INT8_MAX).all()  # each row's largest entry uses the full range
+    torch.testing.assert_close(C.dequantize(q, scale), q.float() * scale[:, None], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("use_int_mm", [True, False], ids=["int_mm", "int32_matmul"])
+def test_int8_matmul_exact(monkeypatch, use_int_mm):
+    if not use_int_mm:
+        monkeypatch.delattr(torch, "_int_mm", raising=False)
+    a = torch.randint(-127, 128, (33, 200), generator=_gen(0), dtype=torch.int8)
+    b = torch.randint(-127, 128, (200, 17), generator=_gen(1), dtype=torch.int8)
+    out = C.int8_matmul(a, b)
+    assert out.dtype == torch.int32
+    assert torch.equal(out.long(), a.long() @ b.long())
+
+
+def test_int8_linear_within_derived_bound_and_no_worse_than_torch():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    x = torch.randn(5, 7, 64, generator=_gen(2)) * 3
+    reference = F.linear(x.double(), linear.weight.double(), linear.bias.double()).reshape(-1, 48)
+    own = C.Int8Linear.from_float(linear)(x)
+    assert own.shape == (5, 7, 48)
+    err = (own.reshape(-1, 48).double() - reference).abs()
+    bound = C.int8_linear_error_bound(x, linear)
+    assert (err <= bound + 1e-5 * reference.abs().max()).all()
+    assert bound.max() < 0.1 * reference.abs().max()  # the bound says something: int8 is close
+    torch_int8, _ = C.torch_quantize_dynamic(nn.Sequential(linear))
+    torch_err = (torch_int8(x).reshape(-1, 48).double() - reference).abs().max()
+    # per-row activations and per-channel weights are finer steps than torch's per-tensor ones
+    assert err.max() <= 1.5 * torch_err
+
+
+@pytest.fixture(scope="module")
+def lm():
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=VOCAB, d_model=64, n_heads=4, n_decoder_layers=2, d_ff=256, dropout=0.0,
+                               max_len=32, positional="learned", activation="gelu")
+    return DecoderLM(config).eval()
+
+
+def test_quantized_models_close_to_fp32_and_smaller(lm):
+    ids = torch.randint(0, VOCAB, (4, 32), generator=_gen(3))
+    with torch.no_grad():
+        ref = lm(ids)
+        own_model = C.quantize_model(lm)
+        torch_model, texts = C.torch_quantize_dynamic(lm)
+        own, theirs = own_model(ids), torch_model(ids)
+    assert all(type(m) is not nn.Linear for m in own_model.modules())
+    assert any(type(m) is nn.Linear for m in lm.modules())  # the original is untouched
+    scale = ref.abs().max()
+    assert (own - ref).abs().max() < 0.02 * scale and (theirs - ref).abs().max() < 0.05 * scale
+    # each (M, K) linear weight goes from 4 MK bytes to MK + 4 M (codes + scales): the saving, by design
+    saving = sum(3 * m.weight.numel() - 4 * m.out_features for m in lm.modules() if type(m) is nn.Linear)
+    fp32, own_bytes, torch_bytes = (C.state_dict_bytes(m) for m in (lm, own_model, torch_model))
+    assert fp32 - own_bytes == pytest.approx(saving, rel=0.05)
+    assert torch_bytes < fp32 - 0.9 * saving
+    assert 0 < C.linear_share(lm) < 1
+    assert all(isinstance(t, str) for t in texts)
+
+
+def test_compare_quantization_result(lm):
+    stream = torch.randint(0, VOCAB, (2000,), generator=_gen(4))
+    result = C.compare_quantization(lm, stream, batch=4, block=32, warmup=1, repeats=3, loss_batches=1)
+    assert result.size_ratio == pytest.approx(result.fp32_bytes / result.int8_bytes) and result.size_ratio > 1.5
+    assert result.own_size_ratio > 1.5
+    assert result.speedup == pytest.approx(result.fp32_ms / result.int8_ms)
+    assert abs(result.loss_change) < 0.05 and abs(result.own_loss_change) < 0.05
+    assert result.loss_change == pytest.approx(result.int8_loss - result.fp32_loss)
+    assert result.threads == 1 and result.input_shape == (4, 32)
+
+
+def test_int8_errors():
+    with pytest.raises(ValueError, match="2-D"):
+        C.quantize_per_channel(torch.randn(3))
+    with pytest.raises(ValueError, match="floating-point"):
+        C.quantize_per_channel(torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="NaN"):
+        C.quantize_per_channel(torch.tensor([[1.0, math.nan]]))
+    with pytest.raises(ValueError, match="int8"):
+        C.dequantize(torch.ones(2, 2), torch.ones(2))
+    with pytest.raises(ValueError, match="int8 operands"):
+        C.int8_matmul(torch.ones(2, 2), torch.ones(2, 2))
+    with pytest.raises(ValueError, match=r"\(N, K\)"):
+        C.int8_matmul(torch.ones(2, 3, dtype=torch.int8), torch.ones(2, 2, dtype=torch.int8))
+    with pytest.raises(ValueError, match=r"\(\.\.\., 8\)"):
+        C.Int8Linear.from_float(nn.Linear(8, 4))(torch.randn(2, 5))
+    with pytest.raises(TypeError, match="nn.Linear"):
+        C.Int8Linear.from_float(nn.Conv1d(2, 2, 1))
+
+
+# --------------------------------------------------------------------------- distillation
+
+
+def _reference_distillation(s, t, y, T, alpha, ignore_index):
+    """Float64, written out: softmax by exp / sum, KL and CE per kept position, then the mean."""
+    s, t = s.double().reshape(-1, s.shape[-1]), t.double().reshape(-1, t.shape[-1])
+    y = y.reshape(-1)
+    total, kept = 0.0, 0
+    for i in range(s.shape[0]):
+        if y[i] == ignore_index:
+            continue
+        kept += 1
+        ps = torch.exp(s[i] / T) / torch.exp(s[i] / T).sum()
+        pt = torch.exp(t[i] / T) / torch.exp(t[i] / T).sum()
+        kl = (pt * (torch.log(pt) - torch.log(ps))).sum()
+        ce = -(s[i][y[i]] - torch.log(torch.exp(s[i]).sum()))
+        total += alpha * T * T * kl + (1 - alpha) * ce
+    return total / kept
+
+
+@pytest.mark.parametrize("T,alpha", [(1.0, 0.5), (2.0, 0.5), (4.0, 0.9), (0.5, 0.1), (3.0, 1.0), (2.0, 0.0)])
+def test_distillation_loss_matches_float64_reference_with_padding(T, alpha):
+    g = _gen(int(T * 10 + alpha * 100))
+    s, t = torch.randn(3, 6, 11, generator=g) * 2, torch.randn(3, 6, 11, generator=g) * 2
+    y = torch.randint(0, 11, (3, 6), generator=g)
+    y[0, 4:] = -100
+    y[2, 1] = -100
+    got = C.distillation_loss(s, t, y, temperature=T, alpha=alpha)
+    torch.testing.assert_close(got.double(), _reference_distillation(s, t, y, T, alpha, -100), rtol=1e-5, atol=1e-6)
+    # padding ignored: changing padded positions' logits changes nothing
+    s2 = s.clone()
+    s2[0, 4:] += 5 * torch.randn(2, 11, generator=g)
+    torch.testing.assert_close(C.distillation_loss(s2, t, y, temperature=T, alpha=alpha), got)
+    if alpha == 0:
+        torch.testing.assert_close(got, F.cross_entropy(s.flatten(0, 1), y.flatten(), ignore_index=-100))
+
+
+def test_distillation_gradient_matches_closed_form_and_gradcheck():
+    g = _gen(7)
+    s = (torch.randn(8, 9, generator=g, dtype=torch.float64) * 2).requires_grad_()
+    t = torch.randn(8, 9, generator=g, dtype=torch.float64) * 2
+    y = torch.randint(0, 9, (8,), generator=g)
+    y[5] = 3  # a custom ignore index below
+    T, alpha = 2.5, 0.7
+    assert torch.autograd.gradcheck(lambda x: C.distillation_loss(x, t, y, T, alpha, ignore_index=3), (s,))
+    C.distillation_loss(s, t, y, T, alpha, ignore_index=-100).backward()
+    # d/ds of alpha T^2 KL(p_t || p_s(s/T)) = alpha T (p_s^T - p_t^T); of CE = p_s - onehot; over N positions
+    ps_T, pt_T, ps = F.softmax(s.detach() / T, -1), F.softmax(t / T, -1), F.softmax(s.detach(), -1)
+    expected = (alpha * T * (ps_T - pt_T) + (1 - alpha) * (ps - F.one_hot(y, 9))) / 8
+    torch.testing.assert_close(s.grad, expected)
+
+
+def test_distillation_teacher_gets_no_gradient():
+    s, t = torch.randn(4, 5, requires_grad=True), torch.randn(4, 5, requires_grad=True)
+    C.distillation_loss(s, t, torch.tensor([0, 1, 2, 3])).backward()
+    assert t.grad is None and s.grad is not None
+
+
+def test_distillation_errors():
+    s, t, y = torch.randn(4, 5), torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+    for T in (0.0, -1.0, math.inf):
+        with pytest.raises(ValueError, match="temperature"):
+            C.distillation_loss(s, t, y, temperature=T)
+    for a in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"alpha must be in \[0, 1\]"):
+            C.distillation_loss(s, t, y, alpha=a)
+    with pytest.raises(ValueError, match="one shape"):
+        C.distillation_loss(s, torch.randn(4, 6), y)
+    with pytest.raises(ValueError, match="integer class ids"):
+        C.distillation_loss(s, t, y.float())
+    with pytest.raises(ValueError, match="without V"):
+        C.distillation_loss(s, t, y[:3])
+    with pytest.raises(ValueError, match="every target"):
+        C.distillation_loss(s, t, torch.full((4,), -100))
+
+
+def test_distill_control_is_the_same_run_on_hard_labels():
+    text = ("To be, or not to be, that is the question: Whether 'tis nobler in the mind to suffer "
+            "the slings and arrows of outrageous fortune, or to take arms against a sea of troubles. ") * 8
+    data = C.char_lm_data(text)
+    torch.manual_seed(0)
+    teacher = C.train_lm(DecoderLM(C.demo_config(data.vocab_size, d_model=32, n_layers=1)), data.train,
+                         steps=3, batch=4, block=16)
+    student = C.demo_config(data.vocab_size, d_model=16, n_layers=1)
+    kwargs = dict(steps=3, seeds=(0, 1), batch=4, block=16, loss_batches=1)
+    control = C.distill(teacher, student, data, alpha=0.0, **kwargs)  # alpha 0: both arms are the same run
+    assert control.distilled_losses == pytest.approx(control.hard_label_losses, abs=1e-6)
+    result = C.distill(teacher, student, data, temperature=2.0, alpha=0.5, **kwargs)
+    assert result.hard_label_losses == control.hard_label_losses  # same seeds, batches and steps
+    assert result.distilled_losses != result.hard_label_losses
+    assert result.differences == tuple(h - d for h, d in zip(result.hard_label_losses, result.distilled_losses))
+    assert result.student_parameters < result.teacher_parameters
+    assert not (result.helped_every_seed and result.hurt_every_seed)
+    with pytest.raises(ValueError, match="alpha"):
+        C.distill(teacher, student, data, alpha=2.0, **kwargs)
