@@ -1,0 +1,578 @@
+"""The software under PyTorch and the tools that look inside it: what this build reports, what is wrong with it,
+what the compiler does, and what determinism costs.
+
+Covers:
+
+- :func:`stack_report`: the layers this torch build reports (build kind, CUDA runtime, HIP, cuDNN, NCCL, Triton,
+  the CPU's vector instructions, oneDNN/MKL, threads, MPS) and, on an NVIDIA machine, the driver and the highest
+  CUDA version it supports, read through NVML (``nvidia-ml-py``) or ``nvidia-smi`` in two small wrappers.
+- :func:`diagnose_stack`: each mismatch between those layers in words, with what to do (a CUDA wheel without a
+  usable driver, a driver older than the runtime, a CPU wheel on a GPU machine, a GPU without NCCL or Triton),
+  and what a ROCm (HIP behind ``torch.cuda``) or Apple MPS build does differently.
+- :func:`graph_breaks` (``torch._dynamo.explain``), :func:`generated_code` (the kernels Inductor writes:
+  C++/OpenMP on a CPU, Triton on a GPU) and :func:`compile_cost` (a cold compile against the time it saves per
+  call: the break-even number of calls).
+- :func:`determinism_check`: the same small training run twice with and without
+  ``torch.use_deterministic_algorithms(True)``: bitwise equal losses or not, and the step time each way.
+  :func:`deterministic_algorithms` sets the switches and puts the old ones back.
+- :func:`cuda_graphs_compile`: ``mode="reduce-overhead"`` through :func:`gpuformer_lib.speed.apply_plan`, refused
+  clearly on a CPU.
+
+Leaves out: installing anything (the Dockerfile and README do that), XLA/TPUs (cited in the book, not run),
+``TORCH_LOGS`` output (printed by PyTorch, not returned), and Nsight (a GPU tool: the book gives its commands).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from gpuformer_lib import bench
+from gpuformer_lib.model import DecoderLM, TransformerConfig
+from gpuformer_lib.profiles import rehearsing_gpu
+
+BUILDS = ("CPU", "CUDA", "ROCm (HIP)", "MPS")
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+@dataclasses.dataclass(frozen=True)
+class StackReport:
+    """What this PyTorch build and the machine under it report. None: the layer is absent or could not be read."""
+
+    torch_version: str
+    build: str
+    """Which accelerator the wheel was built for: "CPU", "CUDA", "ROCm (HIP)" or "MPS" (an Apple build with MPS)."""
+    cuda_runtime: str | None
+    """``torch.version.cuda``: the CUDA runtime the wheel was compiled against and ships (None unless CUDA)."""
+    hip_runtime: str | None
+    """``torch.version.hip``: the HIP (ROCm) version of a ROCm wheel."""
+    cudnn: int | None
+    """``torch.backends.cudnn.version()``, e.g. 91002 for 9.10.2 (MIOpen on ROCm reports here too)."""
+    nccl: str | None
+    """NCCL (RCCL on ROCm) that the wheel ships: multi-GPU collectives; read only where a GPU is usable."""
+    triton: str | None
+    """The Triton package version: the compiler ``torch.compile`` writes GPU kernels in."""
+    cpu_capability: str
+    """The widest vector instructions PyTorch's CPU kernels use here (``AVX2``, ``AVX512``, ``DEFAULT``...)."""
+    onednn: bool
+    """oneDNN (MKL-DNN) available: CPU convolutions, matmuls and fused kernels."""
+    mkl: bool
+    """Intel MKL available: CPU BLAS and FFT."""
+    threads: int
+    """Threads PyTorch uses for CPU operations (``torch.get_num_threads()``)."""
+    gpu_usable: bool
+    """``torch.cuda.is_available()``: the build, the driver and a GPU all agree."""
+    gpu_name: str | None
+    mps_available: bool
+    """``torch.backends.mps.is_available()``: an Apple-silicon GPU usable by this build."""
+    driver: str | None
+    """The NVIDIA driver version (NVML or nvidia-smi), or None where there is no NVIDIA driver."""
+    driver_cuda: str | None
+    """The newest CUDA version that driver supports, e.g. "12.4"."""
+    driver_gpus: int
+    """GPUs the NVIDIA driver sees (0 without a driver): what the machine has, whatever the wheel."""
+
+    def __post_init__(self):
+        if self.build not in BUILDS:
+            raise ValueError(f"build must be one of {', '.join(BUILDS)}, not {self.build!r}")
+        if self.driver_gpus < 0:
+            raise ValueError(f"driver_gpus must be >= 0, not {self.driver_gpus}")
+        for name in ("cuda_runtime", "driver_cuda"):
+            value = getattr(self, name)
+            if value is not None and _version(value) is None:
+                raise ValueError(f"{name} must look like '12.4', not {value!r}")
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(layer, what this build reports, what the layer does): the table a page shows."""
+        none = "none"
+        cudnn = f"{self.cudnn // 10000}.{self.cudnn // 100 % 100}.{self.cudnn % 100}" if self.cudnn else none
+        return [
+            ("PyTorch", f"{self.torch_version} ({self.build} build)", "the Python API; dispatches each op to a kernel"),
+            ("NVIDIA driver", f"{self.driver} (CUDA <= {self.driver_cuda}, {self.driver_gpus} GPU(s))"
+             if self.driver else none, "talks to the GPU; sets the newest CUDA runtime it can serve"),
+            ("CUDA runtime", self.cuda_runtime or none, "launches kernels, moves memory; ships inside the wheel"),
+            ("HIP (ROCm)", self.hip_runtime or none, "AMD's CUDA-like runtime, behind torch.cuda"),
+            ("cuBLAS", f"with CUDA {self.cuda_runtime}" if self.cuda_runtime else none,
+             "matrix products on tensor cores"),
+            ("cuDNN", cudnn, "tuned kernels for convolutions, attention, normalisation"),
+            ("NCCL", self.nccl or none, "all-reduce and other collectives between GPUs"),
+            ("Triton", self.triton or none, "the compiler torch.compile writes GPU kernels in"),
+            ("CPU kernels", f"{self.cpu_capability}, oneDNN {'yes' if self.onednn else 'no'}, "
+             f"MKL {'yes' if self.mkl else 'no'}, {self.threads} thread(s)", "what runs when no GPU does"),
+            ("GPU usable", f"yes: {self.gpu_name}" if self.gpu_usable else
+             ("MPS" if self.mps_available else "no"), "torch.cuda.is_available() / torch.backends.mps"),
+        ]
+
+    def table(self) -> str:
+        """:meth:`rows` as fixed-width text."""
+        rows = self.rows()
+        a = max(len(r[0]) for r in rows)
+        b = max(len(r[1]) for r in rows)
+        return "\n".join(f"{layer:<{a}}  {value:<{b}}  {what}" for layer, value, what in rows)
+
+
+def _version(text: str | None) -> tuple[int, int] | None:
+    """'12.4' or '12.4.1' -> (12, 4); None when it is not a version."""
+    m = re.match(r"^(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _nvml_driver() -> tuple[str, str, int] | None:
+    """(driver version, newest CUDA it supports, GPU count) from NVML; None without pynvml or a driver."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001  NVMLError (no driver) or a missing libnvidia-ml.so
+        return None
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()  # e.g. 12040 for 12.4
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+    return driver, f"{cuda // 1000}.{cuda % 1000 // 10}", int(count)
+
+
+def _nvidia_smi_driver() -> tuple[str, str, int] | None:
+    """The same three from ``nvidia-smi``'s header and ``-L`` listing; None without it."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=10).stdout
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    driver = re.search(r"Driver Version:\s*([\d.]+)", header)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", header)
+    if not (driver and cuda):
+        return None
+    return driver.group(1), cuda.group(1), sum(line.startswith("GPU ") for line in listing.splitlines())
+
+
+def _nccl_version() -> str | None:
+    """NCCL's version as torch reports it, only where a CUDA/ROCm GPU is usable (the call needs the library)."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001  built without NCCL (e.g. Windows)
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except Exception:  # noqa: BLE001  ImportError, or a broken install that fails on import
+        return None
+    return getattr(triton, "__version__", "unknown")
+
+
+def stack_report() -> StackReport:
+    """What this torch build and this machine report, layer by layer (see :class:`StackReport`)."""
+    hip = getattr(torch.version, "hip", None)
+    mps = getattr(torch.backends, "mps", None)
+    mps_built = bool(mps and mps.is_built())
+    build = "ROCm (HIP)" if hip else "CUDA" if torch.version.cuda else "MPS" if mps_built else "CPU"
+    usable = torch.cuda.is_available()
+    driver = _nvml_driver() or _nvidia_smi_driver()
+    return StackReport(
+        torch_version=torch.__version__,
+        build=build,
+        cuda_runtime=torch.version.cuda,
+        hip_runtime=hip,
+        cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        nccl=_nccl_version(),
+        triton=_triton_version(),
+        cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        onednn=torch.backends.mkldnn.is_available(),
+        mkl=torch.backends.mkl.is_available(),
+        threads=torch.get_num_threads(),
+        gpu_usable=usable,
+        gpu_name=torch.cuda.get_device_name(0) if usable else None,
+        mps_available=bool(mps_built and mps.is_available()),
+        driver=driver[0] if driver else None,
+        driver_cuda=driver[1] if driver else None,
+        driver_gpus=driver[2] if driver else 0,
+    )
+
+
+def _wheel_tag(driver_cuda: str | None) -> str:
+    v = _version(driver_cuda)
+    return f"a cu{v[0]}x wheel no newer than cu{v[0]}{v[1]}" if v else "the CUDA wheel your driver supports"
+
+
+def diagnose_stack(report: StackReport) -> list[str]:
+    """Each mismatch in ``report`` in words, with what to do. Lines start with "problem:" (something will fail or
+    run on the wrong device) or "note:" (works, differently: ROCm and MPS). A healthy report gives []."""
+    if not isinstance(report, StackReport):
+        raise TypeError(f"diagnose_stack needs a StackReport (from stack_report()), not {type(report).__name__}")
+    found: list[str] = []
+    runtime, driver_cuda = _version(report.cuda_runtime), _version(report.driver_cuda)
+    index = "https://download.pytorch.org/whl/"
+    if report.build == "CPU" and report.driver_gpus > 0:
+        found.append(f"problem: a CPU-only torch wheel on a machine whose NVIDIA driver {report.driver} shows "
+                     f"{report.driver_gpus} GPU(s): everything runs on the CPU. Install {_wheel_tag(report.driver_cuda)} "
+                     f"(pip install torch --index-url {index}cu1XY, e.g. cu124 for a driver that supports CUDA 12.4).")
+    if report.build == "CUDA" and runtime and driver_cuda and driver_cuda < runtime:
+        if driver_cuda[0] < runtime[0]:
+            found.append(f"problem: this wheel ships CUDA {report.cuda_runtime} but the driver {report.driver} serves "
+                         f"at most CUDA {report.driver_cuda}, an older major version: torch.cuda.is_available() is "
+                         f"False. Update the NVIDIA driver, or install {_wheel_tag(report.driver_cuda)}.")
+        else:
+            found.append(f"problem: this wheel ships CUDA {report.cuda_runtime} but the driver {report.driver} serves "
+                         f"at most CUDA {report.driver_cuda}: same major version, so most kernels run (minor-version "
+                         f"compatibility), but code compiled to PTX for the newer runtime (Triton, torch.compile, "
+                         f"some extensions) fails to load. Update the driver, or install {_wheel_tag(report.driver_cuda)}.")
+    elif report.build == "CUDA" and not report.gpu_usable:
+        if report.driver is None:
+            found.append("problem: a CUDA wheel, but no NVIDIA driver answers (no NVML, no nvidia-smi): "
+                         "torch.cuda.is_available() is False and everything runs on the CPU. On a GPU machine install "
+                         "the driver (or run the container with --gpus all); on a machine without a GPU the CPU wheel "
+                         f"({index}cpu) is about ten times smaller.")
+        else:
+            found.append(f"problem: a CUDA wheel and driver {report.driver} (CUDA <= {report.driver_cuda}), but "
+                         "torch.cuda.is_available() is False: check CUDA_VISIBLE_DEVICES (empty or wrong hides the "
+                         "GPUs), that this process may open /dev/nvidia*, and in a container --gpus all.")
+    if report.build in ("CUDA", "ROCm (HIP)") and report.gpu_usable:
+        if report.nccl is None:
+            found.append("problem: a GPU but no NCCL in this build: multi-GPU training (chapters 11-12) falls back "
+                         "to the gloo backend, which copies through the CPU. Use a Linux wheel from the PyTorch index.")
+        if report.triton is None:
+            found.append("problem: a GPU but no Triton: torch.compile cannot write GPU kernels and fails on its first "
+                         "call. pip install the triton version your torch wheel names (pip show torch, Requires).")
+    if report.build == "ROCm (HIP)":
+        found.append(f"note: a ROCm build (HIP {report.hip_runtime}): AMD GPUs sit behind torch.cuda, so "
+                     "device='cuda', torch.cuda.is_available(), autocast, scaled_dot_product_attention, "
+                     "torch.compile (Triton for AMD) and torch.distributed (RCCL under the name 'nccl') work as on "
+                     "NVIDIA. What differs: torch.version.cuda is None, cuDNN is MIOpen, there is no TF32, NVML and "
+                     "nvidia-smi do not see the GPU (rocm-smi/amd-smi do), Nsight is rocprof, and CUDA C extensions "
+                     "must be hipified.")
+    if report.build == "MPS":
+        found.append("note: an Apple MPS build: use device='mps' (torch.cuda is empty). No CUDA events, NCCL, "
+                     "memory caps or Triton; float64 is not supported on the GPU; an op without an MPS kernel raises "
+                     "unless PYTORCH_ENABLE_MPS_FALLBACK=1 sends it to the CPU; the GPU shares the Mac's memory."
+                     + ("" if report.mps_available else " MPS is built in but not available here: it needs "
+                        "Apple silicon and macOS 12.3 or newer."))
+    return found
+
+
+# --------------------------------------------------------------------------- the compiler: graph breaks
+
+
+@contextlib.contextmanager
+def _quiet_dynamo() -> Iterator[None]:
+    """Dynamo logs a warning per graph break; the caller reads the reasons from the return value instead."""
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBreaks:
+    """What ``torch._dynamo.explain`` found: how many graphs the function became and why it was split."""
+
+    graphs: int
+    breaks: int
+    reasons: tuple[str, ...]
+    """One line per break: the reason's first line and the user line that caused it."""
+
+    def __str__(self) -> str:
+        lines = [f"{self.graphs} graph(s), {self.breaks} break(s)"]
+        return "\n".join(lines + [f"  - {r}" for r in self.reasons])
+
+
+def _short_reason(reason: Any) -> str:
+    first = str(getattr(reason, "reason", reason)).strip().splitlines()[0]
+    stack = getattr(reason, "user_stack", None) or []
+    if stack:
+        frame = stack[-1]
+        first += f" (at line {frame.lineno}: {(frame.line or '').strip()})"
+    return first
+
+
+def graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> GraphBreaks:
+    """Trace ``fn(*args, **kwargs)`` with TorchDynamo (``torch._dynamo.explain``) and report its graphs and breaks.
+    A break means Dynamo handed control back to Python mid-function: two graphs compiled apart, no fusion across
+    the break, and a guard check plus a Python round trip per call. Runs ``fn`` once."""
+    if not callable(fn):
+        raise TypeError(f"graph_breaks needs a function, not {type(fn).__name__}")
+    torch._dynamo.reset()  # a function traced before would otherwise be explained from its cache
+    with _quiet_dynamo():
+        explained = torch._dynamo.explain(fn)(*args, **kwargs)
+    torch._dynamo.reset()
+    reasons = tuple(dict.fromkeys(_short_reason(r) for r in explained.break_reasons))
+    return GraphBreaks(graphs=explained.graph_count, breaks=explained.graph_break_count, reasons=reasons)
+
+
+# --------------------------------------------------------------------------- the compiler: generated code and its cost
+
+
+def layer_norm_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """GELU(LayerNorm(x)) over the last dimension: eager PyTorch runs two kernels (two reads and two writes of x),
+    a compiler can fuse them into one. x (B*T, C), weight and bias (C,)."""
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), weight, bias))
+
+
+@contextlib.contextmanager
+def cold_compile_caches() -> Iterator[None]:
+    """A fresh, empty Inductor/Triton cache directory and no FX-graph or autotune cache: a compile inside pays the
+    full price, as the first run on a new machine does. Dynamo's in-memory cache is reset on entry and exit."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    try:
+        with fresh_cache(), inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False):
+            yield
+    finally:
+        torch._dynamo.reset()
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedCode:
+    """The Python module Inductor wrote for a compiled function and the kernels inside it."""
+
+    language: str
+    """"triton" (a GPU) or "c++" (a CPU: C++ with OpenMP and vector intrinsics)."""
+    module: str
+    """The whole generated wrapper module: allocations, kernel launches, calls to cuBLAS/oneDNN."""
+    kernels: tuple[str, ...]
+    """The source of each generated kernel."""
+    compile_s: float
+    """Seconds of the call that compiled (cold caches): tracing, lowering, code generation, the C++/Triton compiler."""
+
+
+def kernel_sources(module: str) -> tuple[str, ...]:
+    """The kernels inside an Inductor wrapper module: the triple-quoted source passed to ``async_compile.triton``
+    (a Triton kernel) or ``async_compile.cpp``/``cpp_pybinding`` (a C++ kernel)."""
+    pattern = r"async_compile\.(?:triton|cpp_pybinding|cpp)\((?:[^']|'(?!''))*?r?'''(.*?)'''"
+    return tuple(m.group(1).strip("\n") for m in re.finditer(pattern, module, re.S))
+
+
+def generated_code(fn: Callable[..., Any], *args: Any, cold: bool = True) -> GeneratedCode:
+    """Compile ``fn`` with ``torch.compile`` (Inductor), call it on ``args``, and return the code it generated. The
+    kernels are C++ on a CPU and Triton on a CUDA or ROCm GPU (whichever device ``args`` live on). ``cold``: in
+    :func:`cold_compile_caches` (the time is a first compile's); False: Inductor's usual cache directory, with only
+    the FX-graph cache off (code is still generated, but the C++/Triton compiler's output may come from disk)."""
+    from torch._inductor.utils import run_and_get_code
+
+    if not callable(fn):
+        raise TypeError(f"generated_code needs a function, not {type(fn).__name__}")
+    from torch._inductor import config as inductor_config
+
+    torch._dynamo.reset()
+    caches = cold_compile_caches() if cold else inductor_config.patch(fx_graph_cache=False)
+    with caches:
+        start = time.perf_counter()
+        _, modules = run_and_get_code(torch.compile(fn), *args)
+        seconds = time.perf_counter() - start
+    module = "\n\n".join(modules)
+    language = "triton" if "@triton.jit" in module else "c++"
+    return GeneratedCode(language=language, module=module, kernels=kernel_sources(module), compile_s=seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileCost:
+    """A cold compile against the time it saves per call. speedup = eager / compiled."""
+
+    compile_s: float
+    """Seconds of the first compiled call (cold caches) minus one compiled call: the price of compiling."""
+    eager_s: float
+    """Median seconds per eager call."""
+    compiled_s: float
+    """Median seconds per compiled call, timed interleaved with the eager calls."""
+    break_even_calls: int | None
+    """Calls after which compiling has paid for itself; None when compiled is not faster."""
+    reason: str
+    """Why there is no break-even, or how it was computed."""
+
+    @property
+    def speedup(self) -> float:
+        return bench.speedup(self.eager_s, self.compiled_s)
+
+
+def break_even_calls(compile_s: float, eager_s: float, compiled_s: float) -> tuple[int | None, str]:
+    """ceil(compile_s / (eager_s - compiled_s)) and how it was found; None with the reason when compiled is not
+    faster (it never pays back)."""
+    for name, value in (("compile_s", compile_s), ("eager_s", eager_s), ("compiled_s", compiled_s)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, not {value}")
+    saved = eager_s - compiled_s
+    if saved <= 0:
+        return None, (f"the compiled call is not faster ({compiled_s * 1e6:.0f} µs against eager "
+                      f"{eager_s * 1e6:.0f} µs): the compile never pays back")
+    calls = max(1, math.ceil(compile_s / saved))
+    return calls, f"{compile_s:.2f} s of compiling / {saved * 1e6:.1f} µs saved per call"
+
+
+def _device_of(args: Sequence[Any]) -> torch.device | None:
+    return next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+
+
+def compile_cost(fn: Callable[..., Any], *args: Any, repeats: int = 7, number: int = 20,
+                 backend: str = "inductor") -> CompileCost:
+    """Measure ``torch.compile(fn, backend=backend)`` on ``args``: a cold compile (fresh caches, :func:`cold_compile_caches`), then
+    eager and compiled time per call, ``repeats`` rounds of ``number`` calls each, eager and compiled interleaved
+    in every round so load on the machine hits both alike; medians. Dynamo's cache is reset on exit. ``backend``:
+    "inductor" (generated kernels) or a cheaper one ("eager": Dynamo's capture only) to see what capture costs."""
+    if not callable(fn):
+        raise TypeError(f"compile_cost needs a function, not {type(fn).__name__}")
+    for name, value in (("repeats", repeats), ("number", number)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, not {value!r}")
+    device = _device_of(args)
+    with cold_compile_caches():
+        compiled = torch.compile(fn, backend=backend)
+        start = time.perf_counter()
+        compiled(*args)
+        bench.synchronize(device)
+        first = time.perf_counter() - start
+        fn(*args)  # warm-up of the eager path
+        eager, comp = [], []
+        for _ in range(repeats):
+            for f, times in ((fn, eager), (compiled, comp)):
+                bench.synchronize(device)
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    f(*args)
+                bench.synchronize(device)
+                times.append((time.perf_counter() - t0) / number)
+    eager_s, compiled_s = statistics.median(eager), statistics.median(comp)
+    compile_s = max(first - compiled_s, 0.0)
+    calls, reason = break_even_calls(compile_s, eager_s, compiled_s)
+    return CompileCost(compile_s=compile_s, eager_s=eager_s, compiled_s=compiled_s, break_even_calls=calls,
+                       reason=reason)
+
+
+def cuda_graphs_compile(model: torch.nn.Module, device: torch.device | str) -> torch.nn.Module:
+    """``torch.compile(model, mode="reduce-overhead")`` (:func:`gpuformer_lib.speed.apply_plan` with
+    ``cuda_graphs=True``): on a CUDA device the compiled forward and backward are recorded as CUDA graphs and each
+    replayed with one launch. In a rehearsed GPU profile on a CPU the model comes back unchanged (there is no graph
+    to record); on a plain CPU this raises ValueError, as ``apply_plan`` does."""
+    from gpuformer_lib.speed import SpeedPlan, apply_plan
+
+    device = torch.device(device)
+    if device.type != "cuda" and rehearsing_gpu():
+        return model
+    return apply_plan(model, SpeedPlan(compile=True, cuda_graphs=True), device)
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
+    """Inside: ``torch.use_deterministic_algorithms(enabled)`` (an op without a deterministic kernel raises),
+    ``torch.backends.cudnn.benchmark = False`` and ``cudnn.deterministic = enabled``, and
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS reads it when CUDA initialises: set it before the first CUDA
+    call, or in the shell). On exit every flag and the variable are put back as they were."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    try:
+        torch.use_deterministic_algorithms(enabled)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = enabled
+        if enabled:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[2], saved[3]
+        if saved[4] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[4]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeterminismResult:
+    """The same training run twice in each mode: were the losses bitwise equal, and what did a step cost?"""
+
+    equal_default: bool
+    """Two runs with PyTorch's default kernels gave bitwise equal losses."""
+    equal_deterministic: bool
+    """Two runs with :func:`deterministic_algorithms` gave bitwise equal losses."""
+    losses: tuple[float, ...]
+    """The losses of the first deterministic run."""
+    step_s_default: float
+    """Median seconds per training step with the default kernels."""
+    step_s_deterministic: float
+    """Median seconds per training step with the deterministic switches."""
+
+    @property
+    def cost(self) -> float:
+        """step_s_deterministic / step_s_default: 1.0 means the switches cost nothing here."""
+        return self.step_s_deterministic / self.step_s_default
+
+
+def _train_losses(config: TransformerConfig, device: torch.device, steps: int, batch: int, seq: int,
+                  seed: int) -> tuple[list[float], list[float]]:
+    torch.manual_seed(seed)
+    model = DecoderLM(config).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.Generator().manual_seed(seed + 1)
+    losses, times = [], []
+    for _ in range(steps):
+        ids = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=data).to(device)  # (B, T + 1)
+        bench.synchronize(device)
+        t0 = time.perf_counter()
+        logits = model(ids[:, :-1])  # (B, T) -> (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())  # (B*T, V)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # waits for the step
+        times.append(time.perf_counter() - t0)
+    return losses, times
+
+
+def determinism_check(config: TransformerConfig | None = None, *, device: torch.device | str = "cpu", steps: int = 6,
+                      batch: int = 8, seq: int = 32, seed: int = 0) -> DeterminismResult:
+    """Train a small :class:`DecoderLM` for ``steps`` AdamW steps on seeded random tokens, four times: default,
+    deterministic, default, deterministic (interleaved, so load hits both modes). Same seed every time, dropout
+    on (its mask comes from the seeded generator). Step times leave out each run's first step (warm-up)."""
+    config = config or TransformerConfig(vocab_size=64, d_model=64, n_heads=4, n_encoder_layers=0,
+                                         n_decoder_layers=2, d_ff=128, max_len=max(64, seq), dropout=0.1)
+    if not isinstance(steps, int) or steps < 2:
+        raise ValueError(f"steps must be an int >= 2 (the first step is warm-up), not {steps!r}")
+    device = torch.device(device)
+    runs: dict[bool, list[tuple[list[float], list[float]]]] = {False: [], True: []}
+    for _ in range(2):
+        for mode in (False, True):
+            with deterministic_algorithms(mode):
+                runs[mode].append(_train_losses(config, device, steps, batch, seq, seed))
+    step = {mode: statistics.median(t for _, times in runs[mode] for t in times[1:]) for mode in runs}
+    return DeterminismResult(
+        equal_default=runs[False][0][0] == runs[False][1][0],
+        equal_deterministic=runs[True][0][0] == runs[True][1][0],
+        losses=tuple(runs[True][0][0]),
+        step_s_default=step[False],
+        step_s_deterministic=step[True],
+    )

@@ -1,0 +1,211 @@
+"""The stack report and its diagnosis (every branch on synthetic reports), graph breaks found and removed, the
+kernels' sources picked out of an Inductor module (the real
+compile of a fused LayerNorm + GELU is asserted in chapter 16's notebook, which CI runs: a cold C++ compile costs
+seconds), the compile's break-even arithmetic, and the determinism switches put back afterwards."""
+
+import dataclasses
+import os
+import time
+
+import pytest
+import torch
+
+from gpuformer_lib import toolchain as tc
+
+
+def cpu_report(**changes) -> tc.StackReport:
+    """A healthy CPU-only machine with a CPU wheel."""
+    base = dict(torch_version="2.13.0+cpu", build="CPU", cuda_runtime=None, hip_runtime=None, cudnn=None, nccl=None,
+                triton="3.9.0", cpu_capability="AVX2", onednn=True, mkl=True, threads=4, gpu_usable=False,
+                gpu_name=None, mps_available=False, driver=None, driver_cuda=None, driver_gpus=0)
+    base.update(changes)
+    return tc.StackReport(**base)
+
+
+def cuda_report(**changes) -> tc.StackReport:
+    """A healthy NVIDIA machine with a cu128 wheel and a driver that serves CUDA 12.8."""
+    base = dict(build="CUDA", torch_version="2.13.0+cu128", cuda_runtime="12.8", cudnn=91002, nccl="2.27.3",
+                gpu_usable=True, gpu_name="NVIDIA H100 80GB HBM3", driver="570.124.06", driver_cuda="12.8",
+                driver_gpus=1)
+    base.update(changes)
+    return cpu_report(**base)
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+def test_this_machine_reports_a_consistent_stack():
+    r = tc.stack_report()
+    assert r.torch_version == torch.__version__ and r.cuda_runtime == torch.version.cuda
+    assert r.gpu_usable == torch.cuda.is_available() and r.threads == torch.get_num_threads()
+    assert (r.build == "CPU") == (torch.version.cuda is None and getattr(torch.version, "hip", None) is None
+                                  and not torch.backends.mps.is_built())
+    assert r.nccl is None or r.gpu_usable  # read only where a GPU is usable
+    layers = [row[0] for row in r.rows()]
+    for layer in ("NVIDIA driver", "CUDA runtime", "cuDNN", "NCCL", "Triton", "HIP (ROCm)"):
+        assert layer in layers
+    assert "PyTorch" in r.table() and r.cpu_capability in r.table()
+
+
+def test_healthy_reports_have_no_problem():
+    assert tc.diagnose_stack(cpu_report()) == []
+    assert tc.diagnose_stack(cuda_report()) == []
+    assert tc.diagnose_stack(cuda_report(driver_cuda="12.9")) == []  # a newer driver serves older runtimes
+
+
+def test_cpu_wheel_on_a_gpu_machine():
+    [line] = tc.diagnose_stack(cpu_report(driver="550.54.15", driver_cuda="12.4", driver_gpus=2))
+    assert line.startswith("problem:") and "CPU-only" in line and "2 GPU(s)" in line and "cu124" in line
+
+
+def test_driver_older_than_the_runtime():
+    [minor] = tc.diagnose_stack(cuda_report(driver_cuda="12.2"))
+    assert "12.8" in minor and "12.2" in minor and "minor-version" in minor and "PTX" in minor
+    [major] = tc.diagnose_stack(cuda_report(driver_cuda="11.8", gpu_usable=False, gpu_name=None))
+    assert "older major version" in major and "is_available() is False" in major
+
+
+def test_cuda_wheel_without_a_usable_gpu():
+    [no_driver] = tc.diagnose_stack(cuda_report(gpu_usable=False, gpu_name=None, nccl=None, driver=None,
+                                                driver_cuda=None, driver_gpus=0))
+    assert "no NVIDIA driver" in no_driver and "whl/cpu" in no_driver
+    [hidden] = tc.diagnose_stack(cuda_report(gpu_usable=False, gpu_name=None, nccl=None))
+    assert "CUDA_VISIBLE_DEVICES" in hidden
+
+
+def test_gpu_without_nccl_or_triton():
+    lines = tc.diagnose_stack(cuda_report(nccl=None, triton=None))
+    assert len(lines) == 2 and "gloo" in lines[0] and "torch.compile" in lines[1]
+
+
+def test_rocm_and_mps_get_notes_not_problems():
+    [rocm] = tc.diagnose_stack(cpu_report(build="ROCm (HIP)", hip_runtime="6.4", nccl="2.26.6", gpu_usable=True,
+                                          gpu_name="AMD Instinct MI300X"))
+    assert rocm.startswith("note:") and "torch.cuda" in rocm and "MIOpen" in rocm and "TF32" in rocm
+    [mps] = tc.diagnose_stack(cpu_report(build="MPS", mps_available=True))
+    assert mps.startswith("note:") and "device='mps'" in mps and "not available" not in mps
+    [mps_off] = tc.diagnose_stack(cpu_report(build="MPS"))
+    assert "not available here" in mps_off
+
+
+def test_bad_reports_are_refused():
+    with pytest.raises(ValueError, match="build must be"):
+        cpu_report(build="TPU")
+    with pytest.raises(ValueError, match="look like"):
+        cuda_report(cuda_runtime="twelve")
+    with pytest.raises(TypeError, match="StackReport"):
+        tc.diagnose_stack({"build": "CPU"})
+
+
+# --------------------------------------------------------------------------- the compiler
+
+
+def with_a_break(x):
+    y = torch.sin(x)
+    if y.sum().item() > 0:  # a Python branch on a tensor's value: Dynamo must leave the graph to read it
+        y = y * 2
+    return torch.cos(y)
+
+
+def without_a_break(x):
+    y = torch.sin(x)
+    y = torch.where(y.sum() > 0, y * 2, y)  # the same choice, made inside the graph
+    return torch.cos(y)
+
+
+def test_a_graph_break_is_found_and_removed():
+    x = torch.randn(32)
+    torch.testing.assert_close(with_a_break(x), without_a_break(x))
+    broken, fixed = tc.graph_breaks(with_a_break, x), tc.graph_breaks(without_a_break, x)
+    assert broken.graphs == 2 and broken.breaks == 1
+    assert len(broken.reasons) == 1 and "item()" in broken.reasons[0]
+    assert fixed.graphs == 1 and fixed.breaks == 0 and fixed.reasons == ()
+    assert "1 break(s)" in str(broken)
+
+
+CPP_MODULE = """
+cpp_fused_gelu_0 = async_compile.cpp_pybinding(['float*', 'const float*'], r'''
+extern "C" void kernel(float* out, const float* in) { out[0] = in[0]; }
+''')
+"""
+TRITON_MODULE = """
+triton_per_fused_gelu_0 = async_compile.triton('triton_per_fused_gelu_0', '''
+import triton
+@triton.jit
+def triton_per_fused_gelu_0(in_ptr0, out_ptr0, xnumel, r0_numel):
+    pass
+''', device_str='cuda')
+"""
+
+
+def test_kernel_sources_finds_cpp_and_triton_kernels():
+    [cpp] = tc.kernel_sources(CPP_MODULE)
+    assert cpp.startswith('extern "C" void kernel') and "async_compile" not in cpp
+    [triton] = tc.kernel_sources(TRITON_MODULE)
+    assert "@triton.jit" in triton and "device_str" not in triton
+    assert tc.kernel_sources(CPP_MODULE + TRITON_MODULE) == (cpp, triton)
+    assert tc.kernel_sources("def call(args): pass") == ()
+
+
+def test_break_even_arithmetic():
+    calls, how = tc.break_even_calls(3.0, 0.5, 0.25)  # 3 s to compile, 0.25 s saved per call
+    assert calls == 12 and "250000.0 µs saved" in how
+    assert tc.break_even_calls(3.0001, 0.5, 0.25)[0] == 13  # a part of a call still needs the whole call
+    assert tc.break_even_calls(1e-9, 30e-6, 10e-6)[0] == 1
+    slower, why = tc.break_even_calls(2.0, 10e-6, 30e-6)
+    assert slower is None and "never pays back" in why
+    with pytest.raises(ValueError, match="finite"):
+        tc.break_even_calls(float("nan"), 1.0, 1.0)
+
+
+def test_compile_cost_times_both_paths_and_agrees_with_its_parts():
+    x = torch.randn(16, 16)
+    cost = tc.compile_cost(without_a_break, x, repeats=3, number=2, backend="eager")
+    assert cost.compile_s >= 0 and cost.eager_s > 0 and cost.compiled_s > 0
+    assert cost.speedup == pytest.approx(cost.eager_s / cost.compiled_s)
+    assert (cost.break_even_calls, cost.reason) == tc.break_even_calls(cost.compile_s, cost.eager_s, cost.compiled_s)
+    with pytest.raises(ValueError, match="repeats"):
+        tc.compile_cost(without_a_break, x, repeats=0)
+
+
+def test_cuda_graphs_are_refused_on_a_plain_cpu_and_skipped_in_rehearsal(monkeypatch):
+    model = torch.nn.Linear(4, 4)
+    monkeypatch.delenv("GPUFORMER_REHEARSE", raising=False)
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        tc.cuda_graphs_compile(model, "cpu")
+    monkeypatch.setenv("GPUFORMER_REHEARSE", "t4")
+    assert tc.cuda_graphs_compile(model, "cpu") is model
+
+
+# --------------------------------------------------------------------------- determinism
+
+
+def test_deterministic_switches_are_set_inside_and_put_back():
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+              torch.backends.cudnn.deterministic, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    torch.backends.cudnn.benchmark = True
+    try:
+        with tc.deterministic_algorithms():
+            assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
+            assert torch.backends.cudnn.deterministic and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+            with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
+                torch.zeros(3).put_(torch.tensor([0, 0]), torch.ones(2))  # two writes to one place: which wins?
+        assert torch.backends.cudnn.benchmark  # put back
+        assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+                os.environ.get("CUBLAS_WORKSPACE_CONFIG")) == (before[0], before[2], before[3])
+        with pytest.raises(KeyError), tc.deterministic_algorithms():
+            raise KeyError("an error inside")
+        assert torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled() == before[0]
+    finally:
+        torch.backends.cudnn.benchmark = before[1]
+
+
+def test_determinism_check_runs_the_same_training_twice_in_each_mode():
+    result = tc.determinism_check(steps=3, batch=2, seq=8)
+    assert result.equal_deterministic  # same seed, same device, deterministic kernels: the same bits
+    assert len(result.losses) == 3 and all(loss > 0 for loss in result.losses)
+    assert result.step_s_default > 0 and result.step_s_deterministic > 0
+    assert result.cost == pytest.approx(result.step_s_deterministic / result.step_s_default)
+    assert not torch.are_deterministic_algorithms_enabled()
+    with pytest.raises(ValueError, match="steps"):
+        tc.determinism_check(steps=1)
