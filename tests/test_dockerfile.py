@@ -1,0 +1,117 @@
+"""The course's Dockerfile keeps the habits that make an image reproducible and cheap to rebuild: a CUDA base image
+pinned by its full tag (never ``latest``), torch pinned to one version from one CUDA index, the requirements
+installed before the source is copied (so editing a notebook does not reinstall everything), a non-root user, no
+``ADD`` of a URL, JupyterLab on 8888, and ``make`` finding the environment. Docker itself cannot run here (no daemon,
+no registry), so these checks read the file; each rule is also tested on a bad Dockerfile it must reject."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction: comments dropped, backslash continuations joined."""
+    joined = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    out = []
+    for line in joined.splitlines():
+        if line.strip():
+            word, _, rest = line.strip().partition(" ")
+            out.append((word.upper(), " ".join(rest.split())))
+    return out
+
+
+def problems(text: str) -> list[str]:
+    """What is wrong with a Dockerfile's text, in words; [] when it keeps every rule."""
+    found = []
+    steps = instructions(text)
+    args = dict(re.match(r"(\w+)=?(.*)", a).groups() for k, a in steps if k == "ARG")
+    froms = [a.split()[0] for k, a in steps if k == "FROM"]
+    if not froms:
+        return ["no FROM"]
+    base = froms[-1]
+    if not base.startswith("nvidia/cuda:"):
+        found.append(f"the final image is not built on a CUDA base image: {base}")
+    tag = base.partition(":")[2].partition("@")[0]
+    if not tag or tag == "latest" or not re.match(r"\d+\.\d+\.\d+-", tag):
+        found.append(f"the base image is not pinned to a full version tag: {base}")
+    torch_pin = args.get("TORCH_VERSION", "")
+    installs = [a for k, a in steps if k == "RUN" and "pip install" in a]
+    torch_runs = [a for a in installs if re.search(r"\btorch==", a)]
+    if not torch_runs or not re.fullmatch(r"\d+\.\d+\.\d+", torch_pin) and not any(
+            re.search(r"torch==\d+\.\d+\.\d+", a) for a in torch_runs):
+        found.append("torch is not pinned to one version (torch==X.Y.Z)")
+    if torch_runs and "download.pytorch.org/whl/" not in torch_runs[0]:
+        found.append("torch is not installed from the PyTorch index (the CUDA wheel)")
+    order = [(k, a) for k, a in steps if k in ("COPY", "RUN")]
+    copy_all = next((i for i, (k, a) in enumerate(order) if k == "COPY" and re.search(r"(^|\s)\.\s+\.$", a)), None)
+    req = next((i for i, (k, a) in enumerate(order) if k == "RUN" and "-r requirements.txt" in a), None)
+    if req is None or copy_all is None or req > copy_all:
+        found.append("requirements are not installed before the source is copied (every edit reinstalls them)")
+    users = [a for k, a in steps if k == "USER"]
+    if not users or users[-1] in ("root", "0"):
+        found.append("the image runs as root: add a user and USER it")
+    if any(k == "ADD" and re.search(r"https?://", a) for k, a in steps):
+        found.append("ADD of a URL: download with a checked RUN instead")
+    if not any(k == "EXPOSE" and "8888" in a.split() for k, a in steps):
+        found.append("JupyterLab's port 8888 is not exposed")
+    return found
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
+def test_the_course_dockerfile_keeps_every_rule(dockerfile):
+    assert problems(dockerfile) == []
+
+
+def test_make_finds_the_environment_and_jupyter_is_the_command(dockerfile):
+    steps = instructions(dockerfile)
+    env = " ".join(a for k, a in steps if k == "ENV")
+    assert "VENV=/opt/venv" in env and "PATH=/opt/venv/bin:$PATH" in env  # the Makefile's `VENV ?= .venv` yields
+    assert any(k == "RUN" and "touch /opt/venv/.installed" in a for k, a in steps)  # its stamp: no reinstall
+    cmd = next(a for k, a in steps if k == "CMD")
+    assert "jupyter" in cmd and "--ip=0.0.0.0" in cmd and "8888" in cmd
+
+
+def test_the_build_context_leaves_out_the_host_environment_and_data():
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for path in (".git", ".venv", "_build", "data"):
+        assert path in ignored
+
+
+GOOD = """FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+ARG TORCH_VERSION=2.13.0
+RUN useradd learner
+USER learner
+RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cu128
+COPY requirements.txt ./
+RUN pip install \\
+    -r requirements.txt
+COPY . .
+EXPOSE 8888
+"""
+
+
+@pytest.mark.parametrize("change, words", [
+    (("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04", "nvidia/cuda:latest"), "not pinned"),
+    (("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04", "nvidia/cuda:12-runtime"), "not pinned"),
+    (("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04", "python:3.12"), "CUDA base image"),
+    (("TORCH_VERSION=2.13.0", "TORCH_VERSION=latest"), "torch is not pinned"),
+    (("--index-url https://download.pytorch.org/whl/cu128", ""), "PyTorch index"),
+    (("COPY requirements.txt ./\nRUN pip install \\\n    -r requirements.txt\nCOPY . .",
+      "COPY . .\nRUN pip install -r requirements.txt"), "before the source"),
+    (("USER learner", "USER root"), "root"),
+    (("USER learner\n", ""), "root"),
+    (("EXPOSE 8888", "EXPOSE 8888\nADD https://example.org/x.tgz /x"), "ADD of a URL"),
+    (("EXPOSE 8888", "EXPOSE 80"), "8888"),
+])
+def test_each_rule_rejects_a_dockerfile_that_breaks_it(change, words):
+    assert problems(GOOD) == []
+    bad = GOOD.replace(*change)
+    assert bad != GOOD
+    assert any(words in p for p in problems(bad)), problems(bad)
