@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import logging
 import tempfile
 import warnings
 from pathlib import Path
@@ -155,10 +156,16 @@ def export_onnx(program: torch.export.ExportedProgram, out_dir: str | Path | Non
     if path.exists():
         raise FileExistsError(f"{path} exists already; export_onnx never overwrites a file: pass another name "
                               "or folder")
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)  # "torchvision is not installed. Skipping torchvision::nms", 4 times
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*LeafSpec", category=FutureWarning)
-        torch.onnx.export(program, (), str(path), dynamo=True, external_data=False, opset_version=opset,
-                          verbose=False)
+        try:
+            torch.onnx.export(program, (), str(path), dynamo=True, external_data=False, opset_version=opset,
+                              verbose=False)
+        finally:
+            registration.setLevel(level)
     return path
 
 

@@ -11,8 +11,12 @@ import torch
 from gpuformer_lib import deploy
 from gpuformer_lib.model import DecoderLM, TransformerConfig
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
+try:
+    deploy.require_onnx()
+    HAVE_ONNX = True
+except ImportError:
+    HAVE_ONNX = False
+needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="onnx, onnxscript and onnxruntime are not installed")
 
 VOCAB = 37
 
@@ -52,6 +56,7 @@ def test_static_export_refuses_another_shape(lm):
         static.module()(_ids(3, 8, 1))
 
 
+@needs_onnx
 def test_onnx_runtime_matches_eager_on_two_shapes_and_times_both(lm, onnx_file):
     result = deploy.compare_onnx(lm, [_ids(4, 16, 4), _ids(2, 9, 5)], path=onnx_file, warmup=1, repeats=3)
     assert result.shapes == ((4, 16), (2, 9))
@@ -67,6 +72,7 @@ def test_onnx_runtime_matches_eager_on_two_shapes_and_times_both(lm, onnx_file):
     assert result.opset >= 18
 
 
+@needs_onnx
 def test_onnx_graph_has_dynamic_batch_and_length(onnx_file):
     onnx, _ = deploy.require_onnx()
     graph_input = onnx.load(str(onnx_file)).graph.input[0]
@@ -74,6 +80,7 @@ def test_onnx_graph_has_dynamic_batch_and_length(onnx_file):
     assert len(dims) == 2 and all(d.dim_param and not d.dim_value for d in dims)
 
 
+@needs_onnx
 def test_export_onnx_never_overwrites(program, onnx_file, tmp_path):
     size = onnx_file.stat().st_size
     with pytest.raises(FileExistsError, match="never overwrites"):
@@ -98,13 +105,24 @@ def test_bad_inputs_are_refused(lm, program):
     with pytest.raises(ValueError, match=r"\(B, T\)"):
         deploy.check_exported(program, lm, [_ids(2, 8, 0)[0]])
     with pytest.raises(TypeError, match="ExportedProgram"):
+        deploy.check_exported(lm, lm, [_ids(2, 8, 0)])
+
+
+@needs_onnx
+def test_bad_onnx_arguments_are_refused(lm):
+    with pytest.raises(TypeError, match="ExportedProgram"):
         deploy.export_onnx(lm)
     with pytest.raises(ValueError, match="threads"):
         deploy.ort_session(__file__, threads=0)
+    with pytest.raises(FileNotFoundError, match="export_onnx"):
+        deploy.ort_session("/nonexistent/model.onnx")
     with pytest.raises(ValueError, match="tolerance"):
         deploy.compare_onnx(lm, [_ids(2, 8, 0)], tolerance=0)
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        deploy.ort_providers("meta")
 
 
+@needs_onnx
 def test_cuda_provider_refused_clearly_without_it():
     _, ort = deploy.require_onnx()
     if "CUDAExecutionProvider" in ort.get_available_providers():
