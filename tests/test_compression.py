@@ -64,6 +64,11 @@ def test_int8_linear_within_derived_bound_and_no_worse_than_torch():
     bound = C.int8_linear_error_bound(x, linear)
     assert (err <= bound + 1e-5 * reference.abs().max()).all()
     assert bound.max() < 0.1 * reference.abs().max()  # the bound says something: int8 is close
+    # and the int8 path computes exactly the quantized product: dequantized x' w'^T + b in float64
+    q_x, s_x = C.quantize_per_channel(x.reshape(-1, 64))
+    q_w, s_w = C.quantize_per_channel(linear.weight)
+    exact = C.dequantize(q_x, s_x).double() @ C.dequantize(q_w, s_w).double().T + linear.bias.double()
+    torch.testing.assert_close(own.reshape(-1, 48).double(), exact, rtol=1e-6, atol=1e-6)
     torch_int8, _ = C.torch_quantize_dynamic(nn.Sequential(linear))
     torch_err = (torch_int8(x).reshape(-1, 48).double() - reference).abs().max()
     # per-row activations and per-channel weights are finer steps than torch's per-tensor ones
