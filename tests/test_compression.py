@@ -22,7 +22,8 @@ def _gen(seed):
 
 
 def _weights(rows=48, cols=40, seed=0):
-    w = torch.randn(rows, cols, generator=_gen(seed)) * 10 ** torch.empty(rows, 1).uniform_(-3, 1, generator=_gen(seed + 1))
+    magnitudes = 10 ** torch.empty(rows, 1).uniform_(-3, 1, generator=_gen(seed + 1))  # rows of very different sizes
+    w = torch.randn(rows, cols, generator=_gen(seed)) * magnitudes
     w[3] = 0.0  # an all-zero row: scale 1, codes 0
     return w
 
