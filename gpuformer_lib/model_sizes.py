@@ -57,6 +57,17 @@ class RunSize:
             raise ValueError(f"lr must be positive, got {self.lr}")
 
 
+REHEARSAL_STEPS = 60
+"""Steps a run takes under a rehearsal (a GPU profile rehearsed on the CPU in CI at toy sizes): enough to
+run every code path (warm-up, evaluation, the end of the schedule), not to learn. The page a rehearsal
+validates is never stored, so no number from it is shown."""
+
+
+def _steps(preset: SizePreset, **by_preset: int) -> int:
+    steps = preset.pick(**by_preset)
+    return min(steps, REHEARSAL_STEPS) if preset.toy else steps
+
+
 def _check_preset(preset) -> None:
     if not isinstance(preset, SizePreset):
         raise TypeError(f"preset must be a SizePreset, got {preset!r}: take profiles.size_preset(profile), or "
@@ -80,7 +91,7 @@ def translation_run(preset: SizePreset, src_vocab_size: int, tgt_vocab_size: int
         # (validation loss 4.6 tied against 2.9 untied when this was set; BLEU 0.5 against 11).
         tie_embeddings=False)
     return RunSize(config=config, batch_size=preset.pick(cpu=64, gpu=128), seq_len=max_len,
-                   steps=preset.pick(cpu=400, gpu=4000, gpu_small=3000), lr=preset.pick(cpu=2e-3, gpu=1e-3))
+                   steps=_steps(preset, cpu=400, gpu=4000, gpu_small=3000), lr=preset.pick(cpu=2e-3, gpu=1e-3))
 
 
 def char_lm_run(preset: SizePreset, vocab_size: int) -> RunSize:
@@ -96,7 +107,7 @@ def char_lm_run(preset: SizePreset, vocab_size: int) -> RunSize:
         dropout=preset.pick(cpu=0.0, gpu=0.2), max_len=preset.pick(cpu=64, gpu=256), positional="learned",
         activation="gelu")
     return RunSize(config=config, batch_size=preset.pick(cpu=32, gpu=64), seq_len=config.max_len,
-                   steps=preset.pick(cpu=300, gpu=3000, gpu_small=1500), lr=preset.pick(cpu=3e-3, gpu=1e-3))
+                   steps=_steps(preset, cpu=300, gpu=3000, gpu_small=1500), lr=preset.pick(cpu=3e-3, gpu=1e-3))
 
 
 def toy_variant(config: TransformerConfig) -> TransformerConfig:
