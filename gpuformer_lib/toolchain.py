@@ -576,3 +576,17 @@ def determinism_check(config: TransformerConfig | None = None, *, device: torch.
         step_s_default=step[False],
         step_s_deterministic=step[True],
     )
+
+
+# --------------------------------------------------------------------------- weight-only quantization, predicted
+
+
+def decode_tokens_per_s(parameters: float, bytes_per_weight: float, gpu: str) -> float:
+    """Predicted upper bound on batch-1 decode speed: every generated token reads every weight once from memory, so
+    tokens/s <= bandwidth / (parameters x bytes per weight) (the KV cache and activations are left out: small at
+    batch 1 and short contexts). Datasheet bandwidth of ``gpu`` (:func:`gpuformer_lib.gpu_view.bandwidth`)."""
+    from gpuformer_lib import gpu_view
+
+    if not (parameters > 0 and bytes_per_weight > 0):
+        raise ValueError(f"parameters and bytes_per_weight must be positive, got {parameters} and {bytes_per_weight}")
+    return gpu_view.bandwidth(gpu) / (parameters * bytes_per_weight)

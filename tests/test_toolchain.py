@@ -209,3 +209,14 @@ def test_determinism_check_runs_the_same_training_twice_in_each_mode():
     assert not torch.are_deterministic_algorithms_enabled()
     with pytest.raises(ValueError, match="steps"):
         tc.determinism_check(steps=1)
+
+
+def test_decode_prediction_is_bandwidth_over_weight_bytes():
+    from gpuformer_lib import gpu_view
+
+    bf16 = tc.decode_tokens_per_s(7e9, 2, "H100 SXM")
+    assert bf16 == pytest.approx(gpu_view.bandwidth("H100 SXM") / 14e9)
+    assert tc.decode_tokens_per_s(7e9, 1, "H100 SXM") == pytest.approx(2 * bf16)  # int8 reads half the bytes
+    assert tc.decode_tokens_per_s(7e9, 2, "T4") < bf16
+    with pytest.raises(ValueError, match="positive"):
+        tc.decode_tokens_per_s(7e9, 0, "T4")

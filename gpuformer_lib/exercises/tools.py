@@ -1,0 +1,128 @@
+"""Checks for the exercises of chapter 16 (the tools and what comes next).
+
+- :func:`check_int8_size_prediction`: predict-then-measure; how many times smaller a checkpoint gets when the
+  ``nn.Linear`` weights go from float32 to int8, predicted from the share of parameters in those layers
+  (``compression.linear_share``), graded against the size ``compression.compare_quantization`` measured.
+- :func:`check_graph_break_fixed`: diagnosis; a function whose Python ``if`` on a tensor's value splits it into
+  two graphs, rewritten so that ``toolchain.graph_breaks`` finds one graph and no break, with the same outputs.
+- :func:`check_wheel_for_driver`: diagnosis; a stack report that shows a CPU-only wheel on a machine whose driver
+  supports CUDA 12.4: the PyTorch index URL that gives a working GPU build, with a hint per wrong kind of answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import torch
+
+from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _try
+
+
+def predicted_int8_size_ratio(linear_share: float) -> float:
+    """The model answer: fp32 bytes / int8 bytes when a share ``s`` of the parameters drops from 4 bytes to 1 and
+    the rest stays at 4: 4 / (4 (1 - s) + s) = 1 / ((1 - s) + s / 4). Scales and packing add a little."""
+    if not 0.0 <= linear_share <= 1.0:
+        raise ValueError(f"linear_share is a share in [0, 1], got {linear_share!r}")
+    return 1.0 / ((1.0 - linear_share) + linear_share / 4.0)
+
+
+def check_int8_size_prediction(predicted, measured: float, *, linear_share: float) -> CheckResult:
+    """Grade a predicted size ratio (fp32 checkpoint / int8 checkpoint) against the measured one, for a model whose
+    ``nn.Linear`` layers hold ``linear_share`` of its parameters."""
+    from gpuformer_lib.exercises.predictions import grade_prediction
+
+    return grade_prediction(
+        predicted, measured, quantity="checkpoint size, float32 / dynamic int8", unit="x", within=1.15,
+        measured_by="torch.save of both state dicts measured",
+        too_high=(f"Only the nn.Linear weights become int8, {linear_share:.0%} of the parameters here; embeddings, "
+                  "layer norms, the fused Q/K/V projection and the output layer stay float32. A ratio near 4 "
+                  "assumes every weight shrinks: the untouched share dominates. Predict 1 / ((1 - s) + s / 4)."),
+        too_low=("Each int8 weight takes 1 byte instead of 4: the share s of the parameters in linear layers shrinks "
+                 "fourfold, so the checkpoint is 1 / ((1 - s) + s / 4) times smaller, not (1 - s) + s / 4."),
+        why_close=("What is left between prediction and measurement: one float scale (and zero point) per quantized "
+                   "tensor, the packed-weight format's headers, and torch.save's own bookkeeping. For a large model "
+                   "whose linear layers hold most weights the ratio approaches 4; weight-only int4 on a GPU "
+                   "approaches 8 the same way."))
+
+
+def _reference_break_free(x: torch.Tensor) -> torch.Tensor:
+    """What ``clip_if_large`` computes: x scaled down to a maximum of 1 where its largest |value| exceeds 1."""
+    peak = x.abs().max()
+    return torch.where(peak > 1, x / peak, x)
+
+
+@_safe_check
+def check_graph_break_fixed(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckResult:
+    """``fn(x)``: the notebook's ``clip_if_large`` without its graph break: ``toolchain.graph_breaks`` must find one
+    graph and no break, and the outputs must equal the reference's on inputs above and below the threshold."""
+    from gpuformer_lib.toolchain import graph_breaks
+
+    g = torch.Generator().manual_seed(0)
+    inputs = (torch.randn(64, generator=g) * 3, torch.rand(64, generator=g) * 0.5)  # one is clipped, one is not
+    for x in inputs:
+        got, hint = _try(fn, x)
+        if hint:
+            return _report(False, hint)
+        if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+            return _report(False, f"Return a tensor of the input's shape {tuple(x.shape)}, not {_describe(got)}.")
+        if not torch.allclose(got, _reference_break_free(x), rtol=1e-5, atol=1e-6):
+            return _report(False, "The outputs differ from the original function's: scale by the largest |value| "
+                                  "only where it exceeds 1, and return x unchanged otherwise. torch.where(cond, a, b) "
+                                  "computes both a and b and picks one per element.")
+    try:
+        found = graph_breaks(fn, inputs[0])
+    except Exception as err:  # noqa: BLE001  the learner's function may not trace at all
+        return _report(False, f"torch._dynamo.explain could not trace your function: {type(err).__name__}: {err}")
+    if found.breaks:
+        reasons = "; ".join(found.reasons) or "no reason recorded"
+        return _report(False, f"Dynamo still finds {found.breaks} break(s) ({found.graphs} graphs): {reasons}. "
+                              "A Python `if` on a tensor's value needs that value on the host (.item(), bool(), "
+                              "float()): Dynamo must stop the graph to read it. Make the choice inside the graph "
+                              "with torch.where, on tensors, without asking Python which branch to take.")
+    return _report(True, f"One graph, no break ({found.graphs} graph). torch.where keeps the decision on the device: "
+                         "both branches are computed, one is selected per element, and the compiler can fuse the "
+                         "whole function into one kernel. On a GPU the original also paid a device-to-host "
+                         "synchronisation per call for the .item().")
+
+
+_INDEX = re.compile(r"^https://download\.pytorch\.org/whl/(cpu|cu(\d\d)(\d)|rocm[\d.]+)/?$")  # cu124: CUDA 12.4
+
+
+@_safe_check
+def check_wheel_for_driver(index_url, *, driver_cuda: str = "12.4") -> CheckResult:
+    """``index_url``: the ``--index-url`` for ``pip install torch`` on the machine of the exercise: a CPU-only wheel
+    installed, an NVIDIA driver that supports CUDA up to ``driver_cuda``. Any CUDA wheel of the same major version,
+    no newer than the driver, passes."""
+    major, minor = (int(p) for p in driver_cuda.split(".")[:2])
+    if not isinstance(index_url, str):
+        return _report(False, f"Answer with the index URL as a string, e.g. 'https://download.pytorch.org/whl/cpu', "
+                              f"not {_describe(index_url)}.")
+    m = _INDEX.match(index_url.strip())
+    if not m:
+        return _report(False, "PyTorch's wheels live at https://download.pytorch.org/whl/<build>, where <build> is "
+                              "cpu, cu<major><minor> (cu126, cu128, ...) or rocm<version>. Give such a URL.")
+    build = m.group(1)
+    if build == "cpu":
+        return _report(False, "That is the wheel the machine already has: torch runs on the CPU and never sees the "
+                              "GPU the driver reports. Pick a CUDA build.")
+    if build.startswith("rocm"):
+        return _report(False, "ROCm builds are for AMD GPUs; the driver in this report is NVIDIA's (NVML answers).")
+    wheel = (int(m.group(2)), int(m.group(3)))
+    if wheel[0] != major:
+        newer = wheel[0] > major
+        return _report(False, f"cu{build[2:]} is CUDA {wheel[0]}.x, another major version than the driver's CUDA "
+                              f"{driver_cuda}: " + ("the driver is too old to run it (torch.cuda.is_available() "
+                                                    "would be False)." if newer else
+                                                    "a driver runs older majors, but current torch releases no "
+                                                    "longer ship them; stay within CUDA "
+                                                    f"{major}.x."))
+    if wheel[1] > minor:
+        return _report(False, f"{build} ships CUDA {wheel[0]}.{wheel[1]}, newer than the {driver_cuda} the driver "
+                              "supports: most kernels would run (minor-version compatibility) but PTX compiled for "
+                              "the newer runtime, such as torch.compile's Triton kernels, would fail to load. Choose "
+                              f"a wheel no newer than cu{major}{minor}, or update the driver.")
+    return _report(True, f"{build}: a CUDA {wheel[0]}.{wheel[1]} wheel on a driver that supports {driver_cuda}. The "
+                         "wheel brings its own CUDA runtime, cuBLAS, cuDNN and NCCL; the driver is the only NVIDIA "
+                         "piece the machine needs, and it must be at least as new as the wheel's CUDA. No CUDA "
+                         "toolkit install, no LD_LIBRARY_PATH.")
