@@ -86,7 +86,9 @@ def dequantize(q: Tensor, scale: Tensor) -> Tensor:
 
 def int8_matmul(a: Tensor, b_t: Tensor) -> Tensor:
     """int8 (N, K) x int8 (K, M) -> int32 (N, M), exactly (int32 accumulation; |sum| <= K 127^2 fits for
-    K < 133,000). ``torch._int_mm`` where it runs (CPU in torch >= 2.x, CUDA), else an int32 matmul."""
+    K < 133,000). ``torch._int_mm`` where it runs (this torch's CPU build; CUDA for N > 16 and K, M multiples
+    of 8), else an int32 matmul on the CPU or a float64 one elsewhere (CUDA has no integer matmul; float64
+    holds every such sum exactly)."""
     if a.dtype != torch.int8 or b_t.dtype != torch.int8:
         raise ValueError(f"int8_matmul needs int8 operands, got {a.dtype} and {b_t.dtype}")
     if a.dim() != 2 or b_t.dim() != 2 or a.shape[1] != b_t.shape[0]:
@@ -96,7 +98,14 @@ def int8_matmul(a: Tensor, b_t: Tensor) -> Tensor:
             return torch._int_mm(a, b_t)  # (N, K) x (K, M) -> (N, M) int32
         except RuntimeError:  # shape or device the kernel does not take (CUDA wants N > 16, K, M % 8 == 0)
             pass
-    return a.to(torch.int32) @ b_t.to(torch.int32)
+    if a.device.type == "cpu":
+        return a.to(torch.int32) @ b_t.to(torch.int32)
+    return _int8_matmul_float64(a, b_t)
+
+
+def _int8_matmul_float64(a: Tensor, b_t: Tensor) -> Tensor:
+    """int8 x int8 -> int32 through a float64 matmul: exact while |sum| < 2^53 (any K below 5e11)."""
+    return (a.double() @ b_t.double()).to(torch.int32)  # (N, K) x (K, M) -> (N, M)
 
 
 class Int8Linear(nn.Module):

@@ -52,6 +52,7 @@ def test_int8_matmul_exact(monkeypatch, use_int_mm):
     out = C.int8_matmul(a, b)
     assert out.dtype == torch.int32
     assert torch.equal(out.long(), a.long() @ b.long())
+    assert torch.equal(C._int8_matmul_float64(a, b).long(), a.long() @ b.long())  # the path off the CPU
 
 
 def test_int8_linear_within_derived_bound_and_no_worse_than_torch():
