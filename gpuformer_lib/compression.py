@@ -9,7 +9,8 @@ Covers:
   y = s_x s_w (q_x q_w^T) + b. :func:`int8_linear_error_bound` is the worst case of that against the
   float computation, derived in its docstring.
 - PyTorch's own: :func:`torch_quantize_dynamic`, ``torch.ao.quantization.quantize_dynamic`` on every
-  ``nn.Linear`` (deprecated in torch 2.10+, still working in 2.13; its warnings are kept, not hidden).
+  ``nn.Linear`` (deprecated: torch 2.13 warns that ``torch.ao.quantization`` "will be removed in 2.10", and it
+  still works; its warnings are returned, not hidden).
 - :func:`compare_quantization`: the course's model in fp32, with torch's int8 and with :class:`Int8Linear`:
   size of the saved state dict, latency (median after warm-up, same inputs and threads) and held-out loss.
 - Knowledge distillation (Hinton, Vinyals and Dean 2015, "Distilling the Knowledge in a Neural Network",
