@@ -1,0 +1,279 @@
+"""Run one submitted notebook for grading, in its own process, as far as it goes: ``make grade``'s worker.
+
+    python -m gpuformer_lib.tools.sandbox JOB.json      # started by gpuformer_lib.tools.grade, one per notebook
+
+:mod:`gpuformer_lib.tools.grade` copies the notebook into a fresh work folder, writes ``JOB.json`` and starts
+this module, inside ``unshare --user --map-root-user --net --pid --fork --kill-child`` where the system allows
+it (a network namespace with nothing but loopback, and a PID namespace whose processes all die with it). It
+executes the copy cell by cell with nbclient: a cell that raises is recorded and the next one runs; a cell past
+its time limit is recorded, the kernel interrupted and the run goes on if the kernel answers again; a kernel that
+dies, or the notebook's own time limit, ends the run. After every cell the record (``RUN.json``: per cell its
+status, error and execution count) is rewritten, so a worker killed from outside still leaves what it did.
+Outputs are capped per cell, so a cell that prints gigabytes cannot fill memory or disk.
+
+The kernel starts with a ``sitecustomize.py`` (written by :func:`sitecustomize_source`) that installs a Python
+audit hook before any of the learner's code runs, in the kernel and in every Python process it starts. It
+refuses: opening a file for writing, renaming, deleting, linking or changing the mode of anything outside the
+work folder; reading the course's notebooks (their solutions), the submissions folder and the grades folder
+(other learners' work) outside the work folder; opening the grading log except from
+``gpuformer_lib/exercises/_core.py``; network connects and name look-ups other than loopback; and starting
+any program other than Python. What it does not stop: code that goes below Python (``ctypes``, a compiled
+extension, ``os.write`` to a file descriptor that is already open), a child Python started without the
+hook (``python -S``, a cleared ``PYTHONPATH``), reading other files the user can read, using memory and CPU.
+It is a guard against accidents and casual cheating, not a security boundary: grade untrusted submissions
+inside a container or virtual machine without the course's solutions in it (see the instructor's guide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import ensure_async
+
+OUTPUT_CAP_BYTES = 200_000
+"""Most bytes of output kept per cell; the rest is dropped with a note (the kernel still runs the cell)."""
+
+PROBE_TIMEOUT_S = 15
+"""Seconds the kernel has to answer after a timed-out cell is interrupted, before the run is given up."""
+
+_TEMPLATE = r'''# Written by gpuformer_lib.tools.sandbox for one graded notebook: see that module's docstring.
+import os as _os, sys as _sys
+
+_WORK = {work!r}
+_HIDDEN = {hidden!r}
+_LOG = {log!r}
+_CORE = {core!r}
+_PYTHONS = {pythons!r}
+_WRITABLE = (_WORK, "/dev/null", "/dev/shm")
+_LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
+_WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_TRUNC", 0)
+
+
+def _real(path):
+    return _os.path.realpath(_os.fsdecode(path))
+
+
+def _inside(path, roots):
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _refuse(what):
+    raise PermissionError(f"graded run: {{what}} is not allowed here (the notebook runs in a sandbox that keeps "
+                          f"its writes inside its work folder {{_WORK}} and has no network)")
+
+
+def _check_write(path, what):
+    if isinstance(path, int):
+        return
+    real = _real(path)
+    if not _inside(real, _WRITABLE):
+        _refuse(f"{{what}} {{real}}")
+
+
+def _is_python(executable):
+    if executable is None:
+        return False
+    name = _os.fsdecode(executable)
+    if "/" not in name:
+        import shutil
+        name = shutil.which(name) or name
+    return _real(name) in _PYTHONS
+
+
+def _hook(event, args):
+    if event == "open":
+        path, mode, flags = args
+        if isinstance(path, int) or path is None:
+            return
+        real = _real(path)
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & _WRITE_FLAGS)
+        if real == _LOG:
+            caller = _sys._getframe(1).f_code.co_filename
+            if not (writing and _real(caller) == _CORE):
+                _refuse(f"opening the grading log {{real}}")
+            return
+        if writing and not _inside(real, _WRITABLE):
+            _refuse(f"writing {{real}}")
+        if _inside(real, _HIDDEN) and not _inside(real, (_WORK,)):
+            _refuse(f"reading {{real}}")
+    elif event in ("os.rename", "os.replace", "os.link", "os.symlink"):
+        _check_write(args[1], event.split(".")[1])
+        if event != "os.symlink":
+            _check_write(args[0], event.split(".")[1])
+    elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime",
+                   "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr", "shutil.rmtree"):
+        _check_write(args[0], event.split(".")[1])
+    elif event in ("socket.connect", "socket.sendto", "socket.bind"):
+        address = args[1]
+        if isinstance(address, tuple) and address and not (
+                str(address[0]) in _LOCAL or str(address[0]).startswith("127.")):
+            _refuse(f"the network ({{event}} to {{address[0]}})")
+    elif event == "socket.getaddrinfo":
+        host = args[0]
+        host = host.decode() if isinstance(host, bytes) else host
+        if not (host in _LOCAL or str(host).startswith("127.")):
+            _refuse(f"the network (looking up {{host}})")
+    elif event == "subprocess.Popen":
+        executable, argv = args[0], args[1]
+        program = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
+        if not _is_python(program):
+            _refuse(f"starting the program {{program}} (only Python is allowed)")
+    elif event in ("os.exec", "os.posix_spawn"):
+        if not _is_python(args[0]):
+            _refuse(f"starting the program {{args[0]}} (only Python is allowed)")
+    elif event == "os.spawn":
+        if not _is_python(args[1]):
+            _refuse(f"starting the program {{args[1]}} (only Python is allowed)")
+    elif event in ("os.system", "pty.spawn", "os.startfile"):
+        _refuse(f"{{event}}")
+
+
+_sys.addaudithook(_hook)
+'''
+
+
+def sitecustomize_source(work: Path, hidden: list[Path], log: Path) -> str:
+    """The ``sitecustomize.py`` that installs the audit hook for a run in ``work`` (see the module docstring)."""
+    core = Path(__file__).resolve().parents[1] / "exercises" / "_core.py"
+    pythons = sorted({os.path.realpath(sys.executable), os.path.realpath(sys._base_executable)})
+    return _TEMPLATE.format(work=os.path.realpath(work), hidden=[os.path.realpath(p) for p in hidden],
+                            log=os.path.realpath(log), core=str(core), pythons=pythons)
+
+
+class _CappedClient(NotebookClient):
+    """An nbclient that keeps at most :data:`OUTPUT_CAP_BYTES` of output per cell."""
+
+    def output(self, outs: list, msg: dict, display_id: Any, cell_index: int) -> Any:
+        size = self._sizes.get(cell_index, 0) + len(json.dumps(msg.get("content", {}), default=str))
+        self._sizes[cell_index] = size
+        if size > OUTPUT_CAP_BYTES:
+            if cell_index not in self._capped:
+                self._capped.add(cell_index)
+                outs.append(nbformat.v4.new_output("stream", name="stderr",
+                                                   text=f"[grader: output past {OUTPUT_CAP_BYTES:,} bytes dropped]\n"))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def _loopback_up() -> bool:
+    """Bring up loopback in a fresh network namespace (the kernel's channels use it); False if that fails."""
+    try:
+        return subprocess.run(["ip", "link", "set", "lo", "up"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def run_job(job: dict) -> dict:
+    """Execute the job's notebook as far as it goes; return (and keep writing) the run record."""
+    work, record_path = Path(job["work"]), Path(job["record"])
+    record: dict[str, Any] = {"cells": [], "stopped": None, "seconds": 0.0, "kernel": "not started"}
+    nb = nbformat.read(work / job["notebook"], as_version=4)
+    transport = "tcp"
+    if job.get("netns") and not _loopback_up():
+        transport = "ipc"  # no loopback: the kernel's channels go through files in the job's folder instead
+    client = _CappedClient(nb, timeout=job["cell_timeout"], kernel_name=job.get("kernel", "python3"),
+                           allow_errors=True, interrupt_on_timeout=False, record_timing=False,
+                           startup_timeout=120, resources={"metadata": {"path": str(work)}})
+    client._sizes, client._capped = {}, set()
+    client.km = client.create_kernel_manager()
+    client.km.transport = transport
+    start = time.monotonic()
+    try:
+        asyncio.run(_run_cells(client, job, record, record_path, start))
+    except Exception as err:  # noqa: BLE001  the kernel failed to start, or nbclient itself failed: say so
+        record["stopped"] = record["stopped"] or f"the run failed: {type(err).__name__}: {str(err)[:300]}"
+    record["seconds"] = round(time.monotonic() - start, 2)
+    _write_json(record_path, record)
+    nbformat.write(nb, job["executed"])
+    return record
+
+
+async def _run_cells(client: NotebookClient, job: dict, record: dict, record_path: Path, start: float) -> None:
+    nb, deadline = client.nb, start + job["notebook_timeout"]
+    replies: dict[int, dict] = {}
+    client.on_cell_error = lambda cell, cell_index, execute_reply: replies.__setitem__(cell_index, execute_reply)
+    async with client.async_setup_kernel(env=job["kernel_env"]):
+        record["kernel"] = "started"
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or not cell.source.strip():
+                continue
+            left = deadline - time.monotonic()
+            if left < 1:
+                record["stopped"] = (f"the notebook's time limit ({job['notebook_timeout']:g} s) was reached "
+                                     f"before cell {index + 1}")
+                break
+            client.timeout = max(1, int(min(job["cell_timeout"], left)))
+            entry: dict[str, Any] = {"index": index, "status": "ok"}
+            cell_start = time.monotonic()
+            try:
+                await client.async_execute_cell(cell, index)
+                if index in replies:  # the kernel's reply says the cell raised (its outputs may be capped)
+                    content = replies[index].get("content", {})
+                    entry.update(status="error", ename=content.get("ename", "?"),
+                                 evalue=str(content.get("evalue", ""))[:500])
+            except CellTimeoutError:
+                entry.update(status="timeout", limit_s=client.timeout)
+            except DeadKernelError:
+                entry["status"] = "dead"
+            entry["execution_count"] = cell.get("execution_count")
+            entry["seconds"] = round(time.monotonic() - cell_start, 2)
+            record["cells"].append(entry)
+            record["seconds"] = round(time.monotonic() - start, 2)
+            _write_json(record_path, record)
+            if entry["status"] == "dead":
+                record["stopped"] = f"the kernel died in cell {index + 1}"
+                break
+            if entry["status"] == "timeout" and not await _recovered(client):
+                record["stopped"] = (f"the kernel did not recover after cell {index + 1} ran past its time "
+                                     "limit and was interrupted")
+                break
+
+
+async def _recovered(client: NotebookClient) -> bool:
+    """Interrupt a timed-out cell and see whether the kernel answers a trivial cell again."""
+    for task in asyncio.all_tasks():  # nbclient leaves the timed-out cell's output reader running: it would
+        if "_async_poll_output_msg" in getattr(task.get_coro(), "__qualname__", ""):  # eat the next cells' output
+            task.cancel()
+    try:
+        await ensure_async(client.km.interrupt_kernel())
+        probe = nbformat.v4.new_code_cell("pass")
+        client.timeout = PROBE_TIMEOUT_S
+        client.nb.cells.append(probe)
+        try:
+            await client.async_execute_cell(probe, len(client.nb.cells) - 1)
+        finally:
+            client.nb.cells.pop()
+        return True
+    except Exception:  # noqa: BLE001  a second timeout, a dead kernel: not recovered
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m gpuformer_lib.tools.sandbox JOB.json (started by gpuformer_lib.tools.grade)",
+              file=sys.stderr)
+        return 2
+    run_job(json.loads(Path(args[0]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""``make grade`` (tools.grade, tools.sandbox) and the checks' grading side channel (exercises._core).
+
+Three parts: the side channel and the sandbox's audit hook, tested in-process or in a bare Python (fast); one
+grading run over a tiny course notebook with one submission per failure kind (renamed, cells deleted, not JSON,
+endless loops, sys.exit, os._exit, writes and connects outside, a forged log line, huge output), whose CSV and
+feedback the tests read; and the real thing: student copies of chapter 2 (one of the quickest notebooks) with
+the solutions filled in get full marks, untouched copies get zero.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from gpuformer_lib.exercises import check_matmul_flops
+from gpuformer_lib.exercises._core import GRADE_LOG_ENV
+from gpuformer_lib.exercises.hardware import check_training_state_prediction
+from gpuformer_lib.exercises.kernels import check_occupancy_limiter
+from gpuformer_lib.tools import grade, sandbox, student
+from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
+
+# --------------------------------------------------------------------------- the side channel
+
+
+def test_without_the_variable_a_check_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(GRADE_LOG_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert check_matmul_flops(lambda m, n, k: 2 * m * n * k)
+    assert list(tmp_path.iterdir()) == []
+    assert "Correct" in capsys.readouterr().out  # printed as before
+
+
+def test_each_check_appends_one_line_under_its_public_name(tmp_path, monkeypatch):
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(GRADE_LOG_ENV, str(log))
+    check_matmul_flops(lambda m, n, k: 2 * m * n * k)
+    check_matmul_flops(lambda m, n, k: m * n * k)
+    check_training_state_prediction(None, 16_000)  # through predictions._grade
+    check_occupancy_limiter({}, threads_per_block=256, regs_per_thread=64, smem_per_block=24 * 1024)  # inner check
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["check"], e["passed"]) for e in lines] == [
+        ("check_matmul_flops", True), ("check_matmul_flops", False), ("check_training_state_prediction", False),
+        ("check_occupancy_limiter", False)]
+    assert "2 FLOPs" in lines[1]["message"] and lines[1]["message"].startswith("❌")
+    assert all(e["time"].endswith("+00:00") and e["pid"] == os.getpid() and e["execution_count"] is None
+               for e in lines)
+
+
+def test_an_unwritable_log_loses_the_grade_not_the_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(GRADE_LOG_ENV, str(tmp_path / "no such folder" / "checks.jsonl"))
+    assert check_matmul_flops(lambda m, n, k: 2 * m * n * k)
+    assert "could not be recorded" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the audit hook, in a bare Python
+
+
+def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_path):
+    work, hidden, log = tmp_path / "work", tmp_path / "course", tmp_path / "checks.jsonl"
+    work.mkdir(), hidden.mkdir(), log.touch()
+    (hidden / "01_x.ipynb").write_text("{}")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(sandbox.sitecustomize_source(work, [hidden], log))
+    probe = textwrap.dedent(f"""
+        import json, os, socket, subprocess, sys
+        def attempt(what, fn):
+            try:
+                fn()
+                return "allowed"
+            except PermissionError as err:
+                return "refused" if "graded run" in str(err) else repr(err)
+            except Exception:
+                return "allowed"  # got past the hook, failed later (no route, a child's error)
+        print(json.dumps({{
+            "write inside": attempt(0, lambda: open({str(work / 'a.txt')!r}, "w").write("x")),
+            "write outside": attempt(0, lambda: open({str(tmp_path / 'outside.txt')!r}, "w")),
+            "os.open outside": attempt(0, lambda: os.open({str(tmp_path / 'o2.txt')!r}, os.O_CREAT | os.O_WRONLY)),
+            "rename out": attempt(0, lambda: os.rename({str(work / 'a.txt')!r}, {str(tmp_path / 'b.txt')!r})),
+            "read solutions": attempt(0, lambda: open({str(hidden / '01_x.ipynb')!r}).read()),
+            "forge log": attempt(0, lambda: open({str(log)!r}, "a")),
+            "connect": attempt(0, lambda: socket.create_connection(("192.0.2.1", 80), timeout=0.5)),
+            "lookup": attempt(0, lambda: socket.getaddrinfo("example.com", 80)),
+            "shell": attempt(0, lambda: os.system("true")),
+            "program": attempt(0, lambda: subprocess.run(["true"])),
+            "python child": attempt(0, lambda: subprocess.run([sys.executable, "-c", "open({str(tmp_path / 'c.txt')!r}, 'w')"])),
+        }}))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=work, timeout=60)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got.pop("write inside") == "allowed"
+    assert got.pop("python child") == "allowed"  # it started; its own write was refused by its own hook:
+    assert not (tmp_path / "c.txt").exists()
+    assert got == dict.fromkeys(got, "refused"), got
+    assert not (tmp_path / "outside.txt").exists() and not (tmp_path / "o2.txt").exists()
+
+
+# --------------------------------------------------------------------------- statuses from a run
+
+
+def test_the_grade_is_the_last_run_of_the_cell_that_called_the_check():
+    sub = grade.Submission("s", Path("x.ipynb"), "01_x.ipynb", cells=["", "check_a(f)", "check_a(f)\ncheck_a(g)"])
+
+    def entry(passed, count, message="m"):
+        return {"check": "check_a", "passed": passed, "message": message, "execution_count": count}
+
+    cells = [{"index": 1, "status": "ok", "execution_count": 3}, {"index": 2, "status": "ok", "execution_count": 4}]
+    status = lambda *entries: grade.exercise_status("check_a", sub, {"cells": cells, "checks": list(entries)})
+    assert status(entry(False, 3), entry(True, 4))[0] == grade.PASSED
+    assert status(entry(True, 3), entry(False, 4, "❌ hint"))[0:2] == (grade.FAILED, "❌ hint (cell 3)")
+    assert status(entry(True, 4), entry(False, 4))[0] == grade.FAILED  # one call of the last run failed
+    assert status(entry(False, 4, "did not return within 10 s"))[0] == grade.TIMED_OUT
+    assert status()[0] == grade.DID_NOT_RUN and "reported no result" in status()[1]
+    assert grade.exercise_status("check_b", sub, {"cells": cells, "checks": []})[1].startswith("no cell")
+
+
+# --------------------------------------------------------------------------- a class of broken submissions
+
+TINY = "01_tiny.ipynb"
+EXERCISES = ["check_matmul_flops", "check_speedup", "check_training_state_prediction"]
+STUBS = [
+    "def flops(m, n, k):\n    raise NotImplementedError  # your code here\n\n\ncheck_matmul_flops(flops)",
+    "def speedup(before, after):\n    raise NotImplementedError  # your code here\n\n\ncheck_speedup(speedup)",
+    "predicted_bytes = None  # your prediction\ncheck_training_state_prediction(predicted_bytes, measured_bytes)",
+]
+SOLUTIONS = [
+    "def flops(m, n, k):\n    return 2 * m * n * k\n\n\nassert check_matmul_flops(flops)",
+    "def speedup(before, after):\n    return before / after\n\n\nassert check_speedup(speedup)",
+    "predicted_bytes = 16 * 1000\nassert check_training_state_prediction(predicted_bytes, measured_bytes)",
+]
+IMPORTS = ("from gpuformer_lib.exercises import check_matmul_flops, check_speedup\n"
+           "from gpuformer_lib.exercises.hardware import check_training_state_prediction\nmeasured_bytes = 16_000")
+
+
+def notebook(cells, source=TINY):
+    nb = new_notebook(cells=[new_code_cell(c) if isinstance(c, str) else c for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if source:
+        nb.metadata[student.STUDENT_KEY] = {"source": source, "cells_sha256": "x"}
+    return nb
+
+
+def instructor_copy():
+    cells = [new_markdown_cell("# A tiny chapter"), IMPORTS]
+    for stub, solution in zip(STUBS, SOLUTIONS):
+        cells += [new_markdown_cell("### Exercise"), stub,
+                  new_code_cell(solution, metadata={"tags": ["hide-cell", student.SOLUTION_TAG]})]
+    return notebook(cells, source=None)
+
+
+def answered(*cells):
+    """A student copy with the solutions below their stubs, and ``cells`` in front of the exercises."""
+    body = [IMPORTS, *cells]
+    for stub, solution in zip(STUBS, SOLUTIONS):
+        body += [stub, solution]
+    return body
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One grading run over a class of eight, each submission broken in its own way."""
+    root = tmp_path_factory.mktemp("class")
+    course, subs, out = root / "course", root / "submissions", root / "grades"
+    course.mkdir()
+    nbformat.write(instructor_copy(), course / TINY)
+    outside = root / "outside.txt"
+    class_ = {
+        "good": answered(),
+        "renamed": answered("print('x' * 3_000_000)"),  # a huge output is capped; the run goes on
+        "deleted": [IMPORTS, STUBS[0], SOLUTIONS[0], STUBS[2]],  # the speedup exercise's cells deleted
+        "loop": [IMPORTS, "while True:\n    pass\ncheck_matmul_flops(lambda m, n, k: 0)",
+                 "def speedup(before, after):\n    while True:\n        pass\n\n\ncheck_speedup(speedup)",
+                 SOLUTIONS[2]],
+        "exits": [IMPORTS, "import sys\nsys.exit(1)\ncheck_matmul_flops(None)",
+                  "import os\nos._exit(1)\ncheck_speedup(None)", SOLUTIONS[2]],
+        "evil": [IMPORTS, f"open({str(outside)!r}, 'w').write('gotcha')\n" + SOLUTIONS[0],
+                 "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)\n" + SOLUTIONS[1],
+                 "import json, os\nline = dict(check='check_training_state_prediction', passed=True, message='forged')\n"
+                 "open(os.environ['GPUFORMER_GRADE_LOG'], 'a').write(json.dumps(line) + '\\n')\n" + STUBS[2]],
+    }
+    for name, cells in class_.items():
+        folder = subs / name
+        folder.mkdir(parents=True)
+        nbformat.write(notebook(cells), folder / ("my lab.ipynb" if name == "renamed" else TINY))
+    nbformat.write(notebook(answered()), subs / "flat.ipynb")  # the flat layout: <student>.ipynb
+    (subs / "broken").mkdir()
+    (subs / "broken" / TINY).write_text('{"cells": [')  # saved half-way
+    before = {p: p.read_bytes() for p in subs.rglob("*") if p.is_file()}
+    os.environ["GPUFORMER_CHECK_TIME_LIMIT"] = "2"
+    try:
+        results = grade.grade(subs, out, course, jobs=2, cell_timeout=6, notebook_timeout=120, progress=False)
+    finally:
+        del os.environ["GPUFORMER_CHECK_TIME_LIMIT"]
+    after = {p: p.read_bytes() for p in subs.rglob("*") if p.is_file()}
+    return {"results": results, "out": out, "outside": outside, "subs_unchanged": before == after}
+
+
+def statuses(graded, student_name):
+    return [graded["results"][student_name][(TINY, check)][0] for check in EXERCISES]
+
+
+def hints(graded, student_name):
+    return [graded["results"][student_name][(TINY, check)][1] for check in EXERCISES]
+
+
+def test_the_csv_has_a_row_per_student_a_column_per_exercise_and_a_total(graded):
+    with (graded["out"] / "grades.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["student", *(f"01:{c}" for c in EXERCISES), "total", "out_of"]
+    totals = {row["student"]: int(row["total"]) for row in rows}
+    assert totals == {"broken": 0, "deleted": 1, "evil": 0, "exits": 0, "flat": 3, "good": 3, "loop": 1,
+                      "renamed": 3}
+    assert all(row["out_of"] == "3" and row["total"] == str(list(row.values()).count("passed")) for row in rows)
+    assert graded["subs_unchanged"]  # the submissions were copied, never written
+
+
+def test_a_renamed_notebook_is_matched_by_its_metadata_and_its_huge_output_capped(graded):
+    assert statuses(graded, "renamed") == [grade.PASSED] * 3
+    feedback = (graded["out"] / "feedback" / "renamed.md").read_text()
+    assert "submitted as `my lab.ipynb`, graded as `01_tiny.ipynb` (matched by its metadata" in feedback
+    executed = graded["out"] / "work" / "renamed" / "01_tiny" / "executed.ipynb"
+    assert executed.stat().st_size < 2 * sandbox.OUTPUT_CAP_BYTES
+
+
+def test_deleted_cells_and_an_invalid_notebook_did_not_run_and_say_why(graded):
+    assert statuses(graded, "deleted") == [grade.PASSED, grade.DID_NOT_RUN, grade.FAILED]
+    assert "no cell of the submitted notebook calls check_speedup" in hints(graded, "deleted")[1]
+    assert statuses(graded, "broken") == [grade.DID_NOT_RUN] * 3
+    assert "not a valid notebook" in (graded["out"] / "feedback" / "broken.md").read_text()
+
+
+def test_endless_loops_time_out_and_the_run_goes_on(graded):
+    assert statuses(graded, "loop") == [grade.TIMED_OUT, grade.TIMED_OUT, grade.PASSED]
+    cell, check = hints(graded, "loop")[:2]
+    assert "ran past its time limit of 6 s" in cell and "did not return within 2 s" in check
+
+
+def test_sys_exit_and_a_killed_kernel_are_crashes_and_the_rest_did_not_run(graded):
+    assert statuses(graded, "exits") == [grade.CRASHED, grade.CRASHED, grade.DID_NOT_RUN]
+    exit_hint, killed, after = hints(graded, "exits")
+    assert "SystemExit" in exit_hint and "kernel died in cell 3" in killed and "the kernel died in cell 3" in after
+
+
+def test_writes_outside_connects_and_a_forged_pass_are_refused(graded):
+    assert statuses(graded, "evil") == [grade.CRASHED, grade.CRASHED, grade.CRASHED]
+    assert all("PermissionError: graded run" in hint for hint in hints(graded, "evil")), hints(graded, "evil")
+    assert not graded["outside"].exists()
+    log = graded["out"] / "work" / "evil" / "01_tiny" / "checks.jsonl"
+    assert "forged" not in log.read_text()
+
+
+def test_the_feedback_gives_each_status_and_hint(graded):
+    feedback = (graded["out"] / "feedback" / "loop.md").read_text()
+    assert feedback.startswith("# Feedback for loop") and "**1 of 3 exercises passed.**" in feedback
+    assert "- **check_speedup**: timed out. ❌ Not yet. Your function did not return within 2 s" in feedback
+    assert "cell 2 ran past its time limit (6 s)" in feedback
+
+
+def test_grades_are_never_written_inside_the_submissions_or_over_a_foreign_folder(tmp_path, capsys):
+    subs = tmp_path / "subs"
+    (subs / "ann").mkdir(parents=True)
+    nbformat.write(notebook(answered()), subs / "ann" / TINY)
+    assert grade.main([str(subs), "--out", str(subs / "grades")]) == 2
+    assert "inside the submissions folder" in capsys.readouterr().err and not (subs / "grades").exists()
+    foreign = tmp_path / "thesis"
+    foreign.mkdir()
+    (foreign / "chapter1.tex").write_text("years of work")
+    assert grade.main([str(subs), "--out", str(foreign)]) == 2
+    assert "not a grades folder" in capsys.readouterr().err
+    assert [p.name for p in foreign.iterdir()] == ["chapter1.tex"]
+    assert grade.main([str(tmp_path / "nowhere")]) == 2
+
+
+# --------------------------------------------------------------------------- the course's own notebooks
+
+
+def test_student_copies_keep_every_exercise_check_and_each_has_a_solution():
+    names = grade.exercise_check_names()
+    for path in notebook_paths():
+        nb = nbformat.read(path, as_version=4)
+        expected = grade.expected_exercises(nb, names)
+        assert expected, f"{path.name} has no exercise calling a check of gpuformer_lib.exercises"
+        assert grade.expected_exercises(student.student_copy(nb), names) == expected, path.name
+        solved = {n for c in nb.cells if student.SOLUTION_TAG in c.metadata.get("tags", [])
+                  for n in grade._calls(c.source, names)}
+        assert set(expected) <= solved, f"{path.name}: exercises without a solution calling their check"
+
+
+def test_make_student_writes_to_build_student():
+    recipe = (REPO_ROOT / "Makefile").read_text().split("\nstudent:")[1].split("\n\n")[0]
+    assert "gpuformer_lib.tools.student _build/student" in recipe
+
+
+def fill_in_solutions(instructor: nbformat.NotebookNode, copy: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``copy`` with each solution cell of ``instructor`` inserted after the stub above it."""
+    filled = nbformat.from_dict(copy)
+    for i, cell in enumerate(instructor.cells):
+        if student.SOLUTION_TAG in cell.metadata.get("tags", []):
+            stub = next(c for c in reversed(instructor.cells[:i])
+                        if c.cell_type == "code" and student.SOLUTION_TAG not in c.metadata.get("tags", []))
+            at = next(k for k, c in enumerate(filled.cells) if c.source == stub.source)
+            filled.cells.insert(at + 1, new_code_cell(cell.source))
+    return filled
+
+
+def test_solved_student_copies_get_full_marks_and_untouched_ones_zero(tmp_path):
+    """Chapter 2 (about 15 s per run on the 2-core CPU): its checks cover a plain check, a prediction
+    (through predictions._grade) and an inner checker (check_occupancy_limiter)."""
+    source = REPO_ROOT / "notebooks" / "02_gpu_programming.ipynb"
+    assert student.main([str(tmp_path / "student"), str(source)]) == 0
+    copy = nbformat.read(tmp_path / "student" / source.name, as_version=4)
+    subs = tmp_path / "submissions"
+    (subs / "solved").mkdir(parents=True)
+    (subs / "untouched").mkdir()
+    nbformat.write(fill_in_solutions(nbformat.read(source, as_version=4), copy), subs / "solved" / "lab2.ipynb")
+    (subs / "untouched" / source.name).write_bytes((tmp_path / "student" / source.name).read_bytes())
+    results = grade.grade(subs, tmp_path / "grades", REPO_ROOT / "notebooks", jobs=2, progress=False)
+    assert len(results["solved"]) == 5
+    assert {status for status, _ in results["solved"].values()} == {grade.PASSED}, results["solved"]
+    assert {status for status, _ in results["untouched"].values()} == {grade.FAILED}, results["untouched"]
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "grades" / "grades.csv").open())}
+    assert (rows["solved"]["total"], rows["untouched"]["total"], rows["solved"]["out_of"]) == ("5", "0", "5")
