@@ -9,6 +9,8 @@
 #   make lab      JupyterLab on the notebooks
 #   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one)
 #   make student  student copies of the notebooks (solutions removed) in _build/student
+#   make grade SUBMISSIONS=dir [OUT=dir]   grade a class's notebooks (one folder or .ipynb per student):
+#                 OUT/grades.csv and OUT/feedback/<student>.md, OUT defaults to _build/grades
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -27,7 +29,7 @@ else
 PYTEST     := OMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider
 endif
 
-.PHONY: book test rehearse lab outputs student gpu-check clean
+.PHONY: book test rehearse lab outputs student grade gpu-check clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "the course needs Python 3.10 or newer; set PYTHON=python3.X")'
@@ -66,6 +68,11 @@ outputs: $(STAMP)
 
 student: $(STAMP)
 	$(PY) -m gpuformer_lib.tools.student _build/student
+
+# Each notebook in its own sandboxed process on the CPU; see gpuformer_lib/tools/grade.py and book/instructor_guide.md.
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "make grade needs SUBMISSIONS=<folder holding one folder or one .ipynb per student>" >&2; exit 2; }
+	$(PY) -m gpuformer_lib.tools.grade "$(SUBMISSIONS)" --out "$(or $(OUT),_build/grades)" --jobs $(JOBS)
 
 clean:
 	rm -rf _build

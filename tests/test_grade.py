@@ -225,7 +225,7 @@ def test_the_csv_has_a_row_per_student_a_column_per_exercise_and_a_total(graded)
 def test_a_renamed_notebook_is_matched_by_its_metadata_and_its_huge_output_capped(graded):
     assert statuses(graded, "renamed") == [grade.PASSED] * 3
     feedback = (graded["out"] / "feedback" / "renamed.md").read_text()
-    assert "submitted as `my lab.ipynb`, graded as `01_tiny.ipynb` (matched by its metadata" in feedback
+    assert "submitted as `my lab.ipynb`, graded as `01_tiny.ipynb` (matched by the metadata of the student copy)" in feedback
     executed = graded["out"] / "work" / "renamed" / "01_tiny" / "executed.ipynb"
     assert executed.stat().st_size < 2 * sandbox.OUTPUT_CAP_BYTES
 

@@ -163,7 +163,7 @@ def read_submission(student: str, path: Path, course_names: list[str]) -> Submis
     by_chapter = {chapter_of(name): name for name in course_names}
     number = re.search(r"(?<!\d)(\d\d)_", path.name)
     if source in course_names:
-        sub.course, sub.matched_by = source, "its metadata (the student copy it came from)"
+        sub.course, sub.matched_by = source, "the metadata of the student copy"
     elif path.name in course_names:
         sub.course, sub.matched_by = path.name, "its file name"
     elif number and number.group(1) in by_chapter:

@@ -27,6 +27,7 @@ inside a container or virtual machine without the course's solutions in it (see 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import subprocess
@@ -193,12 +194,15 @@ def run_job(job: dict) -> dict:
                            startup_timeout=120, resources={"metadata": {"path": str(work)}})
     client._sizes, client._capped = {}, set()
     client.km = client.create_kernel_manager()
-    client.km.transport = transport
+    if transport == "ipc":
+        client.km.transport, client.km.ip = "ipc", str(record_path.parent / "kernel-ipc")
     start = time.monotonic()
     try:
         asyncio.run(_run_cells(client, job, record, record_path, start))
     except Exception as err:  # noqa: BLE001  the kernel failed to start, or nbclient itself failed: say so
         record["stopped"] = record["stopped"] or f"the run failed: {type(err).__name__}: {str(err)[:300]}"
+    finally:
+        atexit.unregister(client._cleanup_kernel)  # the kernel is gone or never started
     record["seconds"] = round(time.monotonic() - start, 2)
     _write_json(record_path, record)
     nbformat.write(nb, job["executed"])
