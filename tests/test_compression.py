@@ -230,3 +230,126 @@ def test_distill_control_is_the_same_run_on_hard_labels():
     assert not (result.helped_every_seed and result.hurt_every_seed)
     with pytest.raises(ValueError, match="alpha"):
         C.distill(teacher, student, data, alpha=2.0, **kwargs)
+
+
+# --------------------------------------------------------------------------- distillation of a translator
+
+PAIRS = [(f"sentence {i % 60} here {'very ' * (i % 5)}long", f"句子{i % 60}" + "长" * (i % 9)) for i in range(240)]
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    from gpuformer_lib import translation_task
+
+    return translation_task.prepare(PAIRS, max_len=16, min_freq=1)
+
+
+def _tiny_translator_config(prepared, d_model, layers=1):
+    return TransformerConfig(vocab_size=len(prepared.tgt_vocab), src_vocab_size=len(prepared.src_vocab),
+                             d_model=d_model, n_heads=2, n_encoder_layers=layers, n_decoder_layers=layers,
+                             d_ff=2 * d_model, dropout=0.1, max_len=16, tie_embeddings=False)
+
+
+def test_translation_distillation_loss_ignores_padding_and_spares_the_teacher(prepared):
+    from gpuformer_lib import data
+    from gpuformer_lib.model import Transformer
+
+    torch.manual_seed(0)
+    student = Transformer(_tiny_translator_config(prepared, 16)).eval()
+    teacher = Transformer(_tiny_translator_config(prepared, 32, layers=2)).eval()
+    batch = data.collate_translation(prepared.train_set[:12])
+    pad_src, pad_tgt = batch.src_padding_mask, batch.tgt_padding_mask
+    assert pad_src.any() and pad_tgt.any()  # the batch has padding to change
+    g = _gen(11)
+    other = data.TranslationBatch(  # the same pairs with other ids at every padded slot (never PAD)
+        src=torch.where(pad_src, torch.randint(4, len(prepared.src_vocab), pad_src.shape, generator=g), batch.src),
+        src_padding_mask=pad_src,
+        tgt_in=torch.where(pad_tgt, torch.randint(4, len(prepared.tgt_vocab), pad_tgt.shape, generator=g),
+                           batch.tgt_in),
+        tgt_out=torch.where(pad_tgt, torch.randint(4, len(prepared.tgt_vocab), pad_tgt.shape, generator=g),
+                            batch.tgt_out),
+        tgt_padding_mask=pad_tgt)
+
+    def loss_and_grads(b, **kw):
+        student.zero_grad(set_to_none=True)
+        # ignore_index is PAD: the other batch marks its padding by the masks only, so give it PAD targets back
+        loss = C.translation_distillation_loss(student, teacher, b, **kw)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in student.parameters()]
+
+    ref_loss, ref_grads = loss_and_grads(batch, temperature=2.0, alpha=0.5)
+    restored = data.TranslationBatch(other.src, pad_src, other.tgt_in,
+                                     torch.where(pad_tgt, data.Vocab.PAD, other.tgt_out), pad_tgt)
+    loss, grads = loss_and_grads(restored, temperature=2.0, alpha=0.5)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-6)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    assert all(p.grad is None for p in teacher.parameters())  # the teacher is not differentiated
+    # the check can fail: garbage targets at padded slots, or a changed real target, change the loss
+    assert not torch.allclose(C.translation_distillation_loss(student, teacher, other), ref_loss)
+    changed = batch.tgt_out.clone()
+    changed[0, 0] = (changed[0, 0] + 1 - 4) % (len(prepared.tgt_vocab) - 4) + 4
+    assert not torch.allclose(C.translation_distillation_loss(
+        student, teacher, data.TranslationBatch(batch.src, pad_src, batch.tgt_in, changed, pad_tgt)), ref_loss)
+    # alpha 0: exactly the hard-label loss, which is cross-entropy over the real target tokens
+    hard = C.hard_label_translation_loss(student, batch)
+    assert torch.equal(C.translation_distillation_loss(student, teacher, batch, alpha=0.0), hard)
+    with torch.no_grad():
+        logits = student(batch.src, batch.tgt_in, pad_src, pad_tgt)
+    real = ~pad_tgt
+    torch.testing.assert_close(hard.detach().double(),
+                               F.cross_entropy(logits[real].double(), batch.tgt_out[real]), rtol=1e-6, atol=1e-6)
+
+
+def test_distill_translator_control_teacher_untouched_and_errors(prepared):
+    from gpuformer_lib.model import Transformer
+
+    torch.manual_seed(0)
+    teacher = C.train_translator(Transformer(_tiny_translator_config(prepared, 32, layers=2)), prepared, steps=3,
+                                 batch_size=8)
+    teacher.zero_grad(set_to_none=True)  # its own training left gradients; distillation must add none
+    before = {k: v.clone() for k, v in teacher.state_dict().items()}
+    student = _tiny_translator_config(prepared, 16)
+    kwargs = dict(steps=3, seeds=(0, 1), batch_size=8, val_pairs=16)
+    control = C.distill_translator(teacher, student, prepared, alpha=0.0, **kwargs)
+    assert control.distilled_losses == control.hard_label_losses  # alpha 0 is the hard-label run, to the bit
+    result = C.distill_translator(teacher, student, prepared, temperature=1.0, alpha=0.5, **kwargs)
+    assert result.hard_label_losses == control.hard_label_losses  # same seeds, initial weights, batches, steps
+    assert result.distilled_losses != result.hard_label_losses
+    assert result.hard_label_losses[0] != result.hard_label_losses[1]  # the seeds differ
+    assert all(torch.equal(v, before[k]) for k, v in teacher.state_dict().items())
+    assert all(p.grad is None for p in teacher.parameters()) and not teacher.training
+    assert result.student_parameters < result.teacher_parameters and result.seconds > 0
+    assert result.teacher_loss == control.teacher_loss
+    with pytest.raises(ValueError, match="vocabularies"):  # a language model's config: one vocabulary
+        C.distill_translator(teacher, C.demo_config(len(prepared.tgt_vocab)), prepared, 1)
+    with pytest.raises(ValueError, match="vocabularies"):
+        C.distill_translator(teacher, _tiny_translator_config(prepared, 16).__class__(
+            vocab_size=50, src_vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1,
+            d_ff=32, max_len=16), prepared, 1)
+    with pytest.raises(ValueError, match="temperature"):
+        C.distill_translator(teacher, student, prepared, 1, temperature=0.0)
+
+
+def test_translator_distillation_plan_and_one_call(prepared):
+    from gpuformer_lib.device import SizePreset
+    from gpuformer_lib.model_sizes import translation_run
+
+    plan = C.translator_distillation_plan(prepared)
+    cpu = translation_run(SizePreset("cpu", "test"), len(prepared.src_vocab), len(prepared.tgt_vocab),
+                          prepared.max_len).config
+    assert plan.teacher_config == cpu  # chapter 13's CPU translator
+    s = plan.student_config
+    assert (s.d_model, s.n_encoder_layers, s.n_decoder_layers) == (cpu.d_model // 2, 1, 1)
+    assert (s.vocab_size, s.src_vocab_size) == (cpu.vocab_size, cpu.src_vocab_size)
+    assert plan.teacher_steps > plan.student_steps and len(plan.seeds) == 2
+    quick = C.translator_distillation_plan(prepared, quick=True)
+    tiny = C.TranslatorDistillationPlan(  # the quick plan's steps on tiny models
+        _tiny_translator_config(prepared, 32), _tiny_translator_config(prepared, 16), teacher_steps=quick.teacher_steps,
+        student_steps=quick.student_steps, batch_size=quick.batch_size, lr=quick.lr, temperature=quick.temperature,
+        alpha=quick.alpha, seeds=quick.seeds, val_pairs=16)
+    result = C.translator_distillation(prepared, tiny)
+    assert result.teacher_steps == quick.teacher_steps and result.teacher_seconds > 0
+    assert len(result.distilled_losses) == len(quick.seeds) and result.steps == quick.student_steps
+    with pytest.raises(TypeError, match="TranslatorDistillationPlan"):
+        C.translator_distillation(prepared, plan={"teacher_steps": 1})
