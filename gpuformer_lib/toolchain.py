@@ -578,6 +578,77 @@ def determinism_check(config: TransformerConfig | None = None, *, device: torch.
     )
 
 
+def layer_norm_gelu_bytes(rows: int, width: int, *, fused: bool, element_bytes: int = 4) -> int:
+    """Bytes :func:`layer_norm_gelu` moves through memory on (rows, width): eager PyTorch runs two kernels, layer
+    norm (reads x, writes y) and GELU (reads y, writes z), 4 passes over the tensor; fused into one kernel, 2 (read
+    x, write z). Plus the weight and bias, read once. Caches are left out (a tensor far larger than them)."""
+    bench._check_count("rows", rows, 1)
+    bench._check_count("width", width, 1)
+    passes = 2 if fused else 4
+    return (passes * rows * width + 2 * width) * element_bytes
+
+
+def fusion_prediction(rows: int, width: int, gpu: str) -> tuple[float, float]:
+    """(eager seconds, fused seconds) of :func:`layer_norm_gelu` on ``gpu``, from its datasheet bandwidth: both
+    kernels are memory-bound (a few FLOPs per 8 bytes moved, far below a GPU's ridge point), so the time is the
+    bytes of :func:`layer_norm_gelu_bytes` over the bandwidth. Launch latency is left out (large tensors)."""
+    from gpuformer_lib import gpu_view
+
+    bandwidth = gpu_view.bandwidth(gpu)
+    return (layer_norm_gelu_bytes(rows, width, fused=False) / bandwidth,
+            layer_norm_gelu_bytes(rows, width, fused=True) / bandwidth)
+
+
+# --------------------------------------------------------------------------- the chapter's sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSizes:
+    """The sizes chapter 16 measures at, per device (:func:`tool_sizes`)."""
+
+    rows: int
+    """Rows (B*T) of the LayerNorm + GELU input the compiler is measured on."""
+    width: int
+    """Its width C."""
+    compile_repeats: int
+    """Interleaved rounds of :func:`compile_cost`."""
+    compile_number: int
+    """Calls per round."""
+    teacher_steps: int
+    """Training steps of the character model that is exported, quantized and distilled from."""
+    distill_steps: int
+    """Training steps of each student (distilled and hard-label control)."""
+    seeds: tuple[int, ...]
+    """Student seeds."""
+    batch: int
+    """Sequences of 64 characters per batch (training, timing, held-out loss)."""
+    timing_repeats: int
+    """Repeats of each export and quantization timing."""
+    determinism_steps: int
+    """Training steps per run of :func:`determinism_check`."""
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name != "seeds" and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{field.name} must be a positive int, not {value!r}")
+        if not self.seeds:
+            raise ValueError("seeds must name at least one seed")
+
+
+def tool_sizes(on_gpu: bool, toy: bool) -> ToolSizes:
+    """Chapter 16's sizes. ``toy`` (a rehearsed GPU profile, or the CPU preset's smallest run): a few steps of each,
+    so that every cell runs in CI. Else the CPU sizes (export, quantization and distillation run on the CPU on
+    every machine: ONNX Runtime and dynamic int8 are CPU paths here), with a compiler input that fills a GPU's
+    memory bandwidth (64 MB, far above its caches) when ``on_gpu``."""
+    if toy:
+        return ToolSizes(rows=64, width=128, compile_repeats=3, compile_number=5, teacher_steps=30, distill_steps=20,
+                         seeds=(0,), batch=8, timing_repeats=3, determinism_steps=3)
+    rows, width = (4096, 4096) if on_gpu else (256, 512)
+    return ToolSizes(rows=rows, width=width, compile_repeats=7, compile_number=20, teacher_steps=150,
+                     distill_steps=100, seeds=(0, 1), batch=16, timing_repeats=7, determinism_steps=6)
+
+
 # --------------------------------------------------------------------------- weight-only quantization, predicted
 
 

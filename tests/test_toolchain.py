@@ -220,3 +220,22 @@ def test_decode_prediction_is_bandwidth_over_weight_bytes():
     assert tc.decode_tokens_per_s(7e9, 2, "T4") < bf16
     with pytest.raises(ValueError, match="positive"):
         tc.decode_tokens_per_s(7e9, 0, "T4")
+
+
+def test_tool_sizes_per_device():
+    cpu, gpu, toy = tc.tool_sizes(False, False), tc.tool_sizes(True, False), tc.tool_sizes(True, True)
+    assert toy.teacher_steps < cpu.teacher_steps == gpu.teacher_steps  # CPU paths on every machine
+    assert gpu.rows * gpu.width * 4 >= 64 * 2**20 > cpu.rows * cpu.width * 4  # a GPU's caches are far smaller
+    assert toy.rows * toy.width < cpu.rows * cpu.width and len(toy.seeds) < len(cpu.seeds)
+    with pytest.raises(ValueError, match="positive"):
+        dataclasses.replace(cpu, batch=0)
+
+
+def test_fusion_halves_the_bytes_of_layer_norm_and_gelu():
+    from gpuformer_lib import gpu_view
+
+    assert tc.layer_norm_gelu_bytes(2, 3, fused=False) == (4 * 6 + 6) * 4  # 4 passes over 6 floats + w and b
+    assert tc.layer_norm_gelu_bytes(2, 3, fused=True) == (2 * 6 + 6) * 4
+    eager, fused = tc.fusion_prediction(4096, 4096, "H100 SXM")
+    assert eager / fused == pytest.approx(2, rel=1e-3)
+    assert fused == pytest.approx(2 * 4096 * 4096 * 4 / gpu_view.bandwidth("H100 SXM"), rel=1e-3)

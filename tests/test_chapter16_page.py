@@ -1,0 +1,159 @@
+"""Chapter 16's page (the tools and what comes next) keeps the house rules: every number in the prose glued from the
+cell that measured it or read from the registry, every verdict word chosen from its value, no share above 100 %,
+the stack diagnosed (this build and made-up broken ones), a graph break found and removed, one generated kernel
+shown, ONNX Runtime held to eager within its tolerance, the GPU view's three kinds, a checklist whose every line
+links to an existing chapter, the seeds' dated tools named with what replaced them, and three exercises with
+hidden solutions."""
+
+import json
+import re
+
+import notebook_pages as pages
+
+NAME = "16_tools_and_next_steps.ipynb"
+cells = pages.cells_fixture(NAME)
+
+
+def _ran_on_gpu() -> bool:
+    meta = json.loads((pages.NOTEBOOKS / NAME).read_text(encoding="utf-8"))["metadata"].get("gpuformer", {})
+    return str(meta.get("hardware", {}).get("device", "cpu")).startswith("cuda")
+
+
+def _ratio_word(value: float, words=("faster than", "slower than", "about as fast as")) -> set[str]:
+    """The words the page's rule gives a ratio printed to two decimals (either side of a rounding boundary)."""
+    rule = lambda v: words[0] if v >= 1.1 else words[1] if v <= 1 / 1.1 else words[2]
+    return {rule(v) for v in (value - 0.005, value, value + 0.005)}
+
+
+def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
+    pages.assert_glues_match(cells)
+
+
+def test_no_stored_share_above_100_percent(cells):
+    pages.assert_no_share_above_100(cells)
+    assert pages.text(cells, "code").count("bench.check_fraction(") >= 2
+
+
+def test_the_stack_is_reported_and_broken_stacks_are_diagnosed(cells):
+    text = pages.outputs(cells)
+    for layer in ("NVIDIA driver", "CUDA runtime", "cuDNN", "NCCL", "Triton", "HIP (ROCm)"):
+        assert layer in text
+    g = pages.glued(cells)
+    diagnosis = text[text.index("diagnosis:"):].split("\n\n")[0]
+    assert (g["stack_verdict"] == "finds no mismatch") == ("no mismatch between the layers" in diagnosis)
+    assert "a CPU wheel on a GPU machine:\n  problem:" in text
+    assert "a cu128 wheel on an older driver:\n  problem:" in text and "PTX" in text
+    assert "a ROCm build:\n  note:" in text and "an Apple MPS build:\n  note:" in text
+
+
+def test_a_graph_break_is_found_and_removed(cells):
+    g = pages.glued(cells)
+    assert re.match(r"[2-9] graphs with [1-9]", g["breaks_before"]) and g["breaks_after"] == "1 graph and 0 breaks"
+    assert "item()" in g["break_reason"]
+    assert "before.breaks >= 1 and after.breaks == 0" in pages.text(cells, "code")
+
+
+def test_one_generated_kernel_is_shown(cells):
+    g = pages.glued(cells)
+    text = pages.outputs(cells)
+    language = "triton" if _ran_on_gpu() else "c++"
+    assert f"one {language} kernel of {g['kernel_lines']} lines" in text
+    assert ("Triton" if _ran_on_gpu() else "C++") in g["kernel_language"]
+    assert ("@triton.jit" in text or "tl.store" in text) if _ran_on_gpu() else "Vectorized<float>" in text
+    assert "assert len(code.kernels) == 1" in pages.text(cells, "code")
+
+
+def test_compile_cost_verdicts_agree_with_the_measured_times(cells):
+    g = pages.glued(cells)
+    speedup = float(g["compile_speedup"].rstrip("x"))
+    assert g["compile_words"] in _ratio_word(speedup)
+    eager, compiled = (float(g[k].split()[0].replace(",", "")) for k in ("eager_us", "compiled_us"))
+    assert abs(eager / compiled - speedup) < 0.05 * speedup
+    # a break-even exists exactly when the compiled call is faster
+    assert g["break_even_words"].startswith("never") == (compiled >= eager), g["break_even_words"]
+    reading = g["compile_reading"]
+    assert ("lost to eager" in reading) == (g["compile_words"] == "slower than")
+    assert ("saved a pass" in reading) == (g["compile_words"] == "faster than")
+    assert float(g["compile_s"].split()[0]) > 0 and float(g["fusion_predicted"].rstrip("x")) > 1.5
+
+
+def test_cuda_graphs_refused_on_a_cpu(cells):
+    words = pages.glued(cells)["graphs_words"]
+    assert words.startswith("accepted") if _ran_on_gpu() else words.startswith("refused: CUDA graphs need")
+
+
+def test_onnx_runtime_agrees_with_eager_and_the_speed_words_follow_the_times(cells):
+    g = pages.glued(cells)
+    assert float(g["onnx_diff"]) <= float(g["onnx_tolerance"]) and float(g["export_diff"]) <= float(g["onnx_tolerance"])
+    ratio = float(g["eager_ms"].split()[0]) / float(g["ort_ms"].split()[0])
+    assert abs(ratio - float(g["ort_speedup"].rstrip("x"))) < 0.02 * ratio
+    assert g["ort_words"] in _ratio_word(float(g["ort_speedup"].rstrip("x")))
+    assert "within_tolerance" in pages.text(cells, "code")
+
+
+def test_quantization_and_distillation_words_follow_the_values(cells):
+    g = pages.glued(cells)
+    text = pages.outputs(cells)
+    assert g["int8_words"] in _ratio_word(float(g["int8_speedup"].rstrip("x")))
+    pattern = r"^(float32|torch dynamic int8)\s+([\d.]+) MiB\s+[\d.]+ ms\s+([\d.]+)$"
+    rows = {name: (float(mib), float(loss)) for name, mib, loss in re.findall(pattern, text, re.M)}
+    assert abs(rows["float32"][0] / rows["torch dynamic int8"][0] - float(g["size_ratio"].rstrip("x"))) < 0.05
+    change = rows["torch dynamic int8"][1] - rows["float32"][1]
+    if abs(change) > 0.0101 or abs(change) < 0.0099:  # printed to 4 decimals: near 0.01 either word may be right
+        assert g["int8_loss_words"].startswith("worse" if change > 0.01 else "better" if change < -0.01 else
+                                               "unchanged"), (change, g["int8_loss_words"])
+    seeds = re.findall(r"^seed \d+: distilled ([\d.]+), hard labels only ([\d.]+)", text, re.M)
+    assert seeds
+    helped = [float(d) < float(h) for d, h in seeds]
+    expected = ("lower than the control on every seed" if all(helped) else
+                "higher than the control on every seed" if not any(helped) else "lower on some seeds")
+    assert g["distill_words"].startswith(expected), (seeds, g["distill_words"])
+
+
+def test_determinism_words_follow_the_value(cells):
+    g = pages.glued(cells)
+    cost = float(g["det_cost"].rstrip("x"))
+    words = {("cost nothing measurable" if 1 / 1.1 < v < 1.1 else "slowed the step down" if v >= 1.1 else
+              "did not slow the step down") for v in (cost - 0.005, cost, cost + 0.005)}
+    assert g["det_cost_words"] in words
+    assert "not torch.are_deterministic_algorithms_enabled()" in pages.text(cells, "code")
+
+
+def test_gpu_view_has_its_three_kinds(cells):
+    html = pages.assert_gpu_view(cells)
+    code = pages.text(cells, "code")
+    assert "toolchain.fusion_prediction(" in code and "toolchain.decode_tokens_per_s(" in code
+    for key in ("torch-compile-a100-training-speedup", "gpt-fast-llama2-7b-int4-tokens-per-s", "h100-sxm-fp8-dense-peak"):
+        assert key in code
+
+
+def test_the_checklist_links_every_line_to_a_chapter_that_exists(cells):
+    prose = pages.text(cells, "markdown")
+    block = prose[prose.index("## A checklist for a fast training run"):prose.index("## Exercises")]
+    lines = re.findall(r"^\d+\. .*?(?=^\d+\. |\Z)", block, re.M | re.S)
+    assert len(lines) >= 10
+    for line in lines:
+        links = re.findall(r"\]\((\d\d_[a-z_]+\.ipynb)\)", line)
+        assert links or "this chapter" in line, line
+        for link in links:
+            assert (pages.NOTEBOOKS / link).exists(), link
+
+
+def test_the_seeds_dated_tools_are_named_with_their_replacements(cells):
+    prose = pages.text(cells, "markdown")
+    for word in ("tensorflow-gpu", "torch.utils.bottleneck", "torch.profiler", "nsys profile", "ncu ", "torch_xla",
+                 "ROCm", "MPS", "Dockerfile"):
+        assert word in prose, word
+    assert "FROM nvidia/cuda:" in pages.outputs(cells) or "see the repository" in pages.outputs(cells)
+
+
+def test_three_exercises_with_hidden_solutions(cells):
+    assert len(pages.hidden_solutions(cells)) == 3
+    code = pages.text(cells, "code")
+    for check in ("check_int8_size_prediction", "check_graph_break_fixed", "check_wheel_for_driver"):
+        assert f"assert {check}(" in code
+
+
+def test_prose_length(cells):
+    words = len(pages.text(cells, "markdown").split())
+    assert 2000 <= words <= 3000, words
