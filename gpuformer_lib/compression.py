@@ -15,7 +15,10 @@ Covers:
   size of the saved state dict, latency (median after warm-up, same inputs and threads) and held-out loss.
 - Knowledge distillation (Hinton, Vinyals and Dean 2015, "Distilling the Knowledge in a Neural Network",
   §2): :func:`distillation_loss` = alpha T^2 KL(softmax(z_t / T) || softmax(z_s / T)) + (1 - alpha) CE, and
-  :func:`distill`, a small student trained from a larger teacher against the same student on hard labels.
+  :func:`distill`, a small student trained from a larger teacher against the same student on hard labels;
+  :func:`distill_translator`, the same experiment for chapter 13's encoder-decoder translator (the loss over
+  real target tokens only), sized for chapter 16 by :func:`translator_distillation_plan` and run in one call
+  by :func:`translator_distillation`.
 - A small character-level Shakespeare task to measure on (:func:`char_lm_data`, :func:`train_lm`,
   :func:`heldout_loss`): the text chapter 7 trains on, with its 90/10 split.
 
@@ -682,10 +685,12 @@ def translator_distillation_plan(prepared: "translation_task.TranslationData", *
     Teacher: chapter 13's CPU model (128 wide, 2 + 2 layers, 1.83 M parameters with the Tatoeba
     vocabularies), 80 steps of 32 pairs; student: 64 wide, 1 + 1 layers (0.67 M), 40 steps of 32 pairs,
     T = 1, alpha = 0.5, seeds 0 and 1. When this was set (shared 2-core CPU, OMP_NUM_THREADS=1) the teacher
-    took 7.7 s and reached 4.4 nats of validation loss, a nat below the hard-label students' 5.5; the four
-    student runs took another 7.7 s. At T = 1 the distilled students were about 0.1 nats better than
-    their controls on both seeds; at T = 2 the difference was within 0.02 nats either way (see
-    :func:`translator_distillation`'s result for the numbers of the run at hand, not this docstring).
+    took 7.7 s and reached 4.42 nats of validation loss, a nat below the hard-label students' 5.47-5.54; the
+    four student runs took another 7.7 s (the whole call 15 s with the machine at load 1, 19-33 s while
+    others ran). At T = 1 the distilled students were 0.10-0.12 nats better than their controls on seeds
+    0-3; at T = 2 the difference was within 0.02 nats either way; a teacher trained for 120 steps (4.04
+    nats) helped no more than this one. See :func:`translator_distillation`'s result for the numbers of the
+    run at hand, not this docstring.
 
     ``quick``: a few steps and one seed, for rehearsals that only check the code paths."""
     from gpuformer_lib.model_sizes import translation_run
