@@ -226,7 +226,7 @@ def test_tool_sizes_per_device():
     cpu, gpu, toy = tc.tool_sizes(False, False), tc.tool_sizes(True, False), tc.tool_sizes(True, True)
     assert toy.teacher_steps < cpu.teacher_steps == gpu.teacher_steps  # CPU paths on every machine
     assert gpu.rows * gpu.width * 4 >= 64 * 2**20 > cpu.rows * cpu.width * 4  # a GPU's caches are far smaller
-    assert toy.rows * toy.width < cpu.rows * cpu.width and len(toy.seeds) < len(cpu.seeds)
+    assert toy.rows * toy.width < cpu.rows * cpu.width and toy.timing_repeats < cpu.timing_repeats
     with pytest.raises(ValueError, match="positive"):
         dataclasses.replace(cpu, batch=0)
 
