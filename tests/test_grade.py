@@ -106,18 +106,19 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
 # --------------------------------------------------------------------------- statuses from a run
 
 
-def test_the_grade_is_the_last_run_of_the_cell_that_called_the_check():
+def test_the_grade_is_the_last_cell_that_called_the_check():
     sub = grade.Submission("s", Path("x.ipynb"), "01_x.ipynb", cells=["", "check_a(f)", "check_a(f)\ncheck_a(g)"])
 
-    def entry(passed, count, message="m"):
-        return {"check": "check_a", "passed": passed, "message": message, "execution_count": count}
+    def entry(passed, line, message="m"):
+        return {"check": "check_a", "passed": passed, "message": message, "line": line}
 
-    cells = [{"index": 1, "status": "ok", "execution_count": 3}, {"index": 2, "status": "ok", "execution_count": 4}]
+    # cell 2 (index 1) wrote log line 0, cell 3 (index 2) lines 1 and 2
+    cells = [{"index": 1, "status": "ok", "log_lines": [0, 1]}, {"index": 2, "status": "ok", "log_lines": [1, 3]}]
     status = lambda *entries: grade.exercise_status("check_a", sub, {"cells": cells, "checks": list(entries)})
-    assert status(entry(False, 3), entry(True, 4))[0] == grade.PASSED
-    assert status(entry(True, 3), entry(False, 4, "❌ hint"))[0:2] == (grade.FAILED, "❌ hint (cell 3)")
-    assert status(entry(True, 4), entry(False, 4))[0] == grade.FAILED  # one call of the last run failed
-    assert status(entry(False, 4, "did not return within 10 s"))[0] == grade.TIMED_OUT
+    assert status(entry(False, 0), entry(True, 1), entry(True, 2))[0] == grade.PASSED
+    assert status(entry(True, 0), entry(False, 1, "❌ hint"), entry(True, 2)) == (grade.FAILED, "❌ hint (cell 3)")
+    assert status(entry(True, 0), entry(True, 2))[0] == grade.PASSED  # the first line of the log counts for cell 2
+    assert status(entry(False, 1, "did not return within 10 s"))[0] == grade.TIMED_OUT
     assert status()[0] == grade.DID_NOT_RUN and "reported no result" in status()[1]
     assert grade.exercise_status("check_b", sub, {"cells": cells, "checks": []})[1].startswith("no cell")
 
@@ -193,6 +194,7 @@ def graded(tmp_path_factory):
     nbformat.write(notebook(answered()), subs / "flat.ipynb")  # the flat layout: <student>.ipynb
     (subs / "broken").mkdir()
     (subs / "broken" / TINY).write_text('{"cells": [')  # saved half-way
+    (subs / "zed.ipynb").write_bytes(b"\x89PNG not a notebook")  # flat, unreadable, its chapter unknown
     before = {p: p.read_bytes() for p in subs.rglob("*") if p.is_file()}
     os.environ["GPUFORMER_CHECK_TIME_LIMIT"] = "2"
     try:
@@ -217,13 +219,15 @@ def test_the_csv_has_a_row_per_student_a_column_per_exercise_and_a_total(graded)
     assert list(rows[0]) == ["student", *(f"01:{c}" for c in EXERCISES), "total", "out_of"]
     totals = {row["student"]: int(row["total"]) for row in rows}
     assert totals == {"broken": 0, "deleted": 1, "evil": 0, "exits": 0, "flat": 3, "good": 3, "loop": 1,
-                      "renamed": 3}
+                      "renamed": 3, "zed": 0}
     assert all(row["out_of"] == "3" and row["total"] == str(list(row.values()).count("passed")) for row in rows)
     assert graded["subs_unchanged"]  # the submissions were copied, never written
 
 
 def test_a_renamed_notebook_is_matched_by_its_metadata_and_its_huge_output_capped(graded):
     assert statuses(graded, "renamed") == [grade.PASSED] * 3
+    # cells: imports, the print, then stub and solution per exercise: the solutions are cells 4, 6 and 8
+    assert [hint.rsplit("(", 1)[1] for hint in hints(graded, "renamed")] == ["cell 4)", "cell 6)", "cell 8)"]
     feedback = (graded["out"] / "feedback" / "renamed.md").read_text()
     assert "submitted as `my lab.ipynb`, graded as `01_tiny.ipynb` (matched by the metadata of the student copy)" in feedback
     executed = graded["out"] / "work" / "renamed" / "01_tiny" / "executed.ipynb"
@@ -235,6 +239,10 @@ def test_deleted_cells_and_an_invalid_notebook_did_not_run_and_say_why(graded):
     assert "no cell of the submitted notebook calls check_speedup" in hints(graded, "deleted")[1]
     assert statuses(graded, "broken") == [grade.DID_NOT_RUN] * 3
     assert "not a valid notebook" in (graded["out"] / "feedback" / "broken.md").read_text()
+    assert statuses(graded, "zed") == [grade.DID_NOT_RUN] * 3
+    assert hints(graded, "zed")[0] == "no readable notebook for this chapter: zed.ipynb could not be read"
+    assert "`zed.ipynb` could not be graded: it is not a valid notebook (UnicodeDecodeError" in (
+        graded["out"] / "feedback" / "zed.md").read_text()
 
 
 def test_endless_loops_time_out_and_the_run_goes_on(graded):

@@ -27,9 +27,9 @@ said the learner's function did not return in time, or the cell calling it ran p
 ``crashed`` (the cell calling the check raised, ``sys.exit`` included, or the kernel died in it); ``did not
 run`` (no cell of the submission calls the check, the cell never ran because the run ended before it, or it
 ran without the check reporting). Which cell calls which check is read from the submitted notebook's own
-cells, never from cell positions. **The grade of an exercise is its last result**: the results its check
-reported in the last cell run that called it (one cell may call a check twice: it passes only if every call in
-that run passed). ``total`` counts the passed exercises.
+cells, never from cell positions, and each result is attributed to the cell that was running when the check
+wrote it. **The grade of an exercise is its last result**: the results its check reported in the last cell
+that called it (one cell may call a check twice: it passes only if every call in that cell passed). ``total`` counts the passed exercises.
 
 **What it writes.** ``OUT/grades.csv`` (one row per student), ``OUT/feedback/<student>.md`` (each exercise's
 status and hint, and what happened to each notebook), and ``OUT/work/<student>/`` (each notebook's work
@@ -247,33 +247,42 @@ def run_notebook(sub: Submission, job_dir: Path, hidden: list[Path], cell_timeou
 
 
 def _read_log(log: Path) -> list[dict]:
+    """The checks' results, each with ``line``, its line number in the log (which cell wrote it)."""
     entries = []
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+    for number, line in enumerate(log.read_text(encoding="utf-8", errors="replace").splitlines()):
         try:
             entry = json.loads(line)
         except ValueError:
             continue  # a torn or foreign line counts for nothing
         if isinstance(entry, dict) and isinstance(entry.get("check"), str) and isinstance(entry.get("passed"), bool):
-            entries.append(entry)
+            entries.append({**entry, "line": number})
     return entries
 
 
 # --------------------------------------------------------------------------- from the run to the statuses
 
 
-def exercise_status(check: str, sub: Submission | None, record: dict | None) -> tuple[str, str]:
-    """(status, what to tell the learner) for one exercise (see the module docstring)."""
+def exercise_status(check: str, sub: Submission | None, record: dict | None,
+                    unreadable: list[str] = ()) -> tuple[str, str]:
+    """(status, what to tell the learner) for one exercise (see the module docstring); ``unreadable``: the
+    student's files that were neither readable nor matched to a chapter."""
+    if sub is None and unreadable:
+        return DID_NOT_RUN, f"no readable notebook for this chapter: {', '.join(unreadable)} could not be read"
     if sub is None:
         return DID_NOT_RUN, "no notebook for this chapter was submitted"
     if sub.problem:
         return DID_NOT_RUN, f"the notebook did not run: {sub.problem}"
     record = record or {"cells": [], "checks": []}
-    counts = {c.get("execution_count"): c["index"] for c in record["cells"] if c.get("execution_count") is not None}
+
+    def cell_of(entry: dict) -> int | None:  # the cell that was running when the check wrote its line
+        return next((c["index"] for c in record["cells"]
+                     if c.get("log_lines") and c["log_lines"][0] <= entry.get("line", -1) < c["log_lines"][1]), None)
+
     mine = [entry for entry in record.get("checks", []) if entry["check"] == check]
     if mine:
-        last = mine[-1].get("execution_count")
-        results = [e for e in mine if e.get("execution_count") == last] if last is not None else mine[-1:]
-        where = f" (cell {counts[last] + 1})" if last in counts else ""
+        last = cell_of(mine[-1])
+        results = [e for e in mine if cell_of(e) == last] if last is not None else mine[-1:]
+        where = f" (cell {last + 1})" if last is not None else ""
         failed = [e for e in results if not e["passed"]]
         if not failed:
             return PASSED, results[-1]["message"] + where
@@ -378,10 +387,15 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
     hidden = [course_dir, submissions, out, REPO_ROOT / "notebooks"]
     plan: dict[str, dict[str, Submission]] = {}
     notes: dict[str, list[str]] = {}
+    unreadable: dict[str, list[str]] = {}
     for student, ss in subs.items():
-        plan[student], notes[student] = {}, []
+        plan[student], notes[student], unreadable[student] = {}, [], []
         for s in sorted(ss, key=lambda s: (s.path.stat().st_mtime, str(s.path))):
-            if s.course is None:
+            if s.course is None and s.problem:
+                unreadable[student].append(s.path.name)
+                notes[student].append(f"`{s.path.name}` could not be graded: {s.problem}; nor could its chapter be "
+                                      "told (no readable metadata, no course file name or chapter number in its name)")
+            elif s.course is None:
                 notes[student].append(f"`{s.path.name}` is not one of the course's notebooks (no metadata, file name "
                                       "or chapter number matched): not graded")
             elif s.course not in expected:
@@ -397,15 +411,21 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
     def one(item: tuple[str, Submission]) -> tuple[tuple[str, str], dict]:
         student, s = item
         job_dir = out / "work" / student / Path(s.course).stem
-        return (student, s.course), run_notebook(s, job_dir, hidden, cell_timeout, notebook_timeout, netns)
+        try:
+            return (student, s.course), run_notebook(s, job_dir, hidden, cell_timeout, notebook_timeout, netns)
+        except Exception as err:  # noqa: BLE001  whatever went wrong with this one, the others are graded
+            return (student, s.course), {"cells": [], "checks": [], "kernel": "not started", "seconds": 0.0,
+                                         "stopped": f"the grader could not run it ({type(err).__name__}: {err})"}
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for key, record in tqdm(pool.map(one, runs), total=len(runs), desc="notebooks", unit="nb",
-                                disable=not progress):
+        futures = [pool.submit(one, run) for run in runs]
+        for future in tqdm(concurrent.futures.as_completed(futures), total=len(runs), desc="notebooks", unit="nb",
+                           disable=not progress):
+            key, record = future.result()
             records[key] = record
     columns = [(name, check) for name in chosen for check in expected[name]]
     results = {student: {(name, check): exercise_status(check, plan[student].get(name),
-                                                        records.get((student, name)))
+                                                        records.get((student, name)), unreadable[student])
                          for name, check in columns} for student in plan}
     _write_csv(out / "grades.csv", columns, results)
     (out / "feedback").mkdir(exist_ok=True)

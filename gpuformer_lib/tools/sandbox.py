@@ -8,7 +8,7 @@ it (a network namespace with nothing but loopback, and a PID namespace whose pro
 executes the copy cell by cell with nbclient: a cell that raises is recorded and the next one runs; a cell past
 its time limit is recorded, the kernel interrupted and the run goes on if the kernel answers again; a kernel that
 dies, or the notebook's own time limit, ends the run. After every cell the record (``RUN.json``: per cell its
-status, error and execution count) is rewritten, so a worker killed from outside still leaves what it did.
+status, error, execution count and the lines of the checks' log it wrote) is rewritten, so a worker killed from outside still leaves what it did.
 Outputs are capped per cell, so a cell that prints gigabytes cannot fill memory or disk.
 
 The kernel starts with a ``sitecustomize.py`` (written by :func:`sitecustomize_source`) that installs a Python
@@ -175,6 +175,14 @@ def _loopback_up() -> bool:
         return False
 
 
+def _lines(log: Path) -> int:
+    """How many lines the checks' log holds: a cell's results are the lines it added."""
+    try:
+        return log.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
 def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -211,6 +219,7 @@ def run_job(job: dict) -> dict:
 
 async def _run_cells(client: NotebookClient, job: dict, record: dict, record_path: Path, start: float) -> None:
     nb, deadline = client.nb, start + job["notebook_timeout"]
+    log = Path(job["kernel_env"].get("GPUFORMER_GRADE_LOG") or os.devnull)
     replies: dict[int, dict] = {}
     client.on_cell_error = lambda cell, cell_index, execute_reply: replies.__setitem__(cell_index, execute_reply)
     async with client.async_setup_kernel(env=job["kernel_env"]):
@@ -225,6 +234,7 @@ async def _run_cells(client: NotebookClient, job: dict, record: dict, record_pat
                 break
             client.timeout = max(1, int(min(job["cell_timeout"], left)))
             entry: dict[str, Any] = {"index": index, "status": "ok"}
+            first_line = _lines(log)
             cell_start = time.monotonic()
             try:
                 await client.async_execute_cell(cell, index)
@@ -238,16 +248,21 @@ async def _run_cells(client: NotebookClient, job: dict, record: dict, record_pat
                 entry["status"] = "dead"
             entry["execution_count"] = cell.get("execution_count")
             entry["seconds"] = round(time.monotonic() - cell_start, 2)
+            entry["log_lines"] = [first_line, _lines(log)]  # the checks' results this cell reported
             record["cells"].append(entry)
             record["seconds"] = round(time.monotonic() - start, 2)
             _write_json(record_path, record)
             if entry["status"] == "dead":
                 record["stopped"] = f"the kernel died in cell {index + 1}"
                 break
-            if entry["status"] == "timeout" and not await _recovered(client):
-                record["stopped"] = (f"the kernel did not recover after cell {index + 1} ran past its time "
-                                     "limit and was interrupted")
-                break
+            if entry["status"] == "timeout":
+                recovered = await _recovered(client)
+                entry["log_lines"][1] = _lines(log)  # what the interrupted cell reported on its way out
+                _write_json(record_path, record)
+                if not recovered:
+                    record["stopped"] = (f"the kernel did not recover after cell {index + 1} ran past its time "
+                                         "limit and was interrupted")
+                    break
 
 
 async def _recovered(client: NotebookClient) -> bool:
