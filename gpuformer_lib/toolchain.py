@@ -645,7 +645,7 @@ def tool_sizes(on_gpu: bool, toy: bool) -> ToolSizes:
                          timing_repeats=3, determinism_steps=3)
     rows, width = (4096, 4096) if on_gpu else (256, 512)
     return ToolSizes(rows=rows, width=width, compile_repeats=7, compile_number=20, teacher_steps=60, batch=16,
-                     timing_repeats=7, determinism_steps=6)
+                     timing_repeats=7, determinism_steps=20)
 
 
 # --------------------------------------------------------------------------- weight-only quantization, predicted
