@@ -34,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import time
+import warnings
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -491,8 +492,9 @@ def cuda_graphs_compile(model: torch.nn.Module, device: torch.device | str) -> t
 
 
 @contextlib.contextmanager
-def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
-    """Inside: ``torch.use_deterministic_algorithms(enabled)`` (an op without a deterministic kernel raises),
+def deterministic_algorithms(enabled: bool = True, *, warn_only: bool = False) -> Iterator[None]:
+    """Inside: ``torch.use_deterministic_algorithms(enabled, warn_only=warn_only)`` (an op without a deterministic
+    kernel raises, or with ``warn_only`` warns and runs its nondeterministic kernel),
     ``torch.backends.cudnn.benchmark = False`` and ``cudnn.deterministic = enabled``, and
     ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS reads it when CUDA initialises: set it before the first CUDA
     call, or in the shell). On exit every flag and the variable are put back as they were."""
@@ -500,7 +502,7 @@ def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
              torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
              os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
     try:
-        torch.use_deterministic_algorithms(enabled)
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = enabled
         if enabled:
@@ -529,6 +531,9 @@ class DeterminismResult:
     """Median seconds per training step with the default kernels."""
     step_s_deterministic: float
     """Median seconds per training step with the deterministic switches."""
+    nondeterministic_ops: tuple[str, ...] = ()
+    """Operations that ran without a deterministic kernel in deterministic mode (PyTorch's warnings, first line):
+    while any is listed, bitwise equality is not guaranteed on this device."""
 
     @property
     def cost(self) -> float:
@@ -561,17 +566,22 @@ def determinism_check(config: TransformerConfig | None = None, *, device: torch.
                       batch: int = 8, seq: int = 32, seed: int = 0) -> DeterminismResult:
     """Train a small :class:`DecoderLM` for ``steps`` AdamW steps on seeded random tokens, four times: default,
     deterministic, default, deterministic (interleaved, so load hits both modes). Same seed every time, dropout
-    on (its mask comes from the seeded generator). Step times leave out each run's first step (warm-up)."""
+    on (its mask comes from the seeded generator). Step times leave out each run's first step (warm-up).
+    Deterministic mode runs with ``warn_only=True``: an operation without a deterministic kernel on this device
+    is listed in ``nondeterministic_ops`` instead of stopping the run."""
     config = config or TransformerConfig(vocab_size=64, d_model=64, n_heads=4, n_encoder_layers=0,
                                          n_decoder_layers=2, d_ff=128, max_len=max(64, seq), dropout=0.1)
     if not isinstance(steps, int) or steps < 2:
         raise ValueError(f"steps must be an int >= 2 (the first step is warm-up), not {steps!r}")
     device = torch.device(device)
     runs: dict[bool, list[tuple[list[float], list[float]]]] = {False: [], True: []}
+    flagged: list[str] = []
     for _ in range(2):
         for mode in (False, True):
-            with deterministic_algorithms(mode):
+            with deterministic_algorithms(mode, warn_only=True), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 runs[mode].append(_train_losses(config, device, steps, batch, seq, seed))
+            flagged += [str(w.message).splitlines()[0] for w in caught if "deterministic" in str(w.message)]
     step = {mode: statistics.median(t for _, times in runs[mode] for t in times[1:]) for mode in runs}
     return DeterminismResult(
         equal_default=runs[False][0][0] == runs[False][1][0],
@@ -579,6 +589,7 @@ def determinism_check(config: TransformerConfig | None = None, *, device: torch.
         losses=tuple(runs[True][0][0]),
         step_s_default=step[False],
         step_s_deterministic=step[True],
+        nondeterministic_ops=tuple(dict.fromkeys(flagged)),
     )
 
 

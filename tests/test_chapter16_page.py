@@ -118,6 +118,9 @@ def test_determinism_words_follow_the_value(cells):
               "did not slow the step down") for v in (cost - 0.005, cost, cost + 0.005)}
     assert g["det_cost_words"] in words
     assert "not torch.are_deterministic_algorithms_enabled()" in pages.text(cells, "code")
+    text = pages.outputs(cells)
+    equal = re.search(r"deterministic: (True|False)", text).group(1) == "True"
+    assert g["det_switch_words"].startswith("were bitwise equal" if equal else "still differed")
 
 
 def test_gpu_view_has_its_three_kinds(cells):

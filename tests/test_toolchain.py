@@ -193,6 +193,9 @@ def test_deterministic_switches_are_set_inside_and_put_back():
         assert torch.backends.cudnn.benchmark  # put back
         assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
                 os.environ.get("CUBLAS_WORKSPACE_CONFIG")) == (before[0], before[2], before[3])
+        with tc.deterministic_algorithms(warn_only=True):
+            assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()
         with pytest.raises(KeyError), tc.deterministic_algorithms():
             raise KeyError("an error inside")
         assert torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled() == before[0]
@@ -202,6 +205,7 @@ def test_deterministic_switches_are_set_inside_and_put_back():
 
 def test_determinism_check_runs_the_same_training_twice_in_each_mode():
     result = tc.determinism_check(steps=3, batch=2, seq=8)
+    assert result.nondeterministic_ops == ()  # every op of this model has a deterministic CPU kernel
     assert result.equal_deterministic  # same seed, same device, deterministic kernels: the same bits
     assert len(result.losses) == 3 and all(loss > 0 for loss in result.losses)
     assert result.step_s_default > 0 and result.step_s_deterministic > 0
