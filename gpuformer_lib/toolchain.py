@@ -17,6 +17,9 @@ Covers:
   :func:`deterministic_algorithms` sets the switches and puts the old ones back.
 - :func:`cuda_graphs_compile`: ``mode="reduce-overhead"`` through :func:`gpuformer_lib.speed.apply_plan`, refused
   clearly on a CPU.
+- Predictors for the GPU view: :func:`fusion_prediction` (layer norm + GELU as bytes over bandwidth, eager's four
+  passes against the fused kernel's two) and :func:`decode_tokens_per_s` (batch-1 decoding bounded by bandwidth
+  over the weights' bytes: bf16, weight-only int8 and int4); :func:`tool_sizes`, chapter 16's sizes per device.
 
 Leaves out: installing anything (the Dockerfile and README do that), XLA/TPUs (cited in the book, not run),
 ``TORCH_LOGS`` output (printed by PyTorch, not returned), and Nsight (a GPU tool: the book gives its commands).
