@@ -52,6 +52,8 @@ def test_wheel_for_driver_hints():
     assert not newer and "PTX" in newer.message
     major = check_wheel_for_driver("https://download.pytorch.org/whl/cu130")
     assert not major and "too old" in major.message
+    older = check_wheel_for_driver("https://download.pytorch.org/whl/cu118")
+    assert older and "older major version" in older.message
     assert "AMD" in check_wheel_for_driver("https://download.pytorch.org/whl/rocm6.4").message
     assert "<build>" in check_wheel_for_driver("pip install torch-gpu").message
     assert not check_wheel_for_driver(124)

@@ -6,7 +6,8 @@
 - :func:`check_graph_break_fixed`: diagnosis; a function whose Python ``if`` on a tensor's value splits it into
   two graphs, rewritten so that ``toolchain.graph_breaks`` finds one graph and no break, with the same outputs.
 - :func:`check_wheel_for_driver`: diagnosis; a stack report that shows a CPU-only wheel on a machine whose driver
-  supports CUDA 12.4: the PyTorch index URL that gives a working GPU build, with a hint per wrong kind of answer.
+  supports CUDA 12.4: the PyTorch index URL that gives a working GPU build (any CUDA wheel no newer than the
+  driver's CUDA), with a hint per wrong kind of answer.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ _INDEX = re.compile(r"^https://download\.pytorch\.org/whl/(cpu|cu(\d\d)(\d)|rocm
 @_safe_check
 def check_wheel_for_driver(index_url, *, driver_cuda: str = "12.4") -> CheckResult:
     """``index_url``: the ``--index-url`` for ``pip install torch`` on the machine of the exercise: a CPU-only wheel
-    installed, an NVIDIA driver that supports CUDA up to ``driver_cuda``. Any CUDA wheel of the same major version,
-    no newer than the driver, passes."""
+    installed, an NVIDIA driver that supports CUDA up to ``driver_cuda``. Any CUDA wheel no newer than the driver's
+    CUDA passes (an older major version with a note)."""
     major, minor = (int(p) for p in driver_cuda.split(".")[:2])
     if not isinstance(index_url, str):
         return _report(False, f"Answer with the index URL as a string, e.g. 'https://download.pytorch.org/whl/cpu', "
@@ -109,14 +110,15 @@ def check_wheel_for_driver(index_url, *, driver_cuda: str = "12.4") -> CheckResu
     if build.startswith("rocm"):
         return _report(False, "ROCm builds are for AMD GPUs; the driver in this report is NVIDIA's (NVML answers).")
     wheel = (int(m.group(2)), int(m.group(3)))
-    if wheel[0] != major:
-        newer = wheel[0] > major
-        return _report(False, f"cu{build[2:]} is CUDA {wheel[0]}.x, another major version than the driver's CUDA "
-                              f"{driver_cuda}: " + ("the driver is too old to run it (torch.cuda.is_available() "
-                                                    "would be False)." if newer else
-                                                    "a driver runs older majors, but current torch releases no "
-                                                    "longer ship them; stay within CUDA "
-                                                    f"{major}.x."))
+    if wheel[0] > major:
+        return _report(False, f"{build} is CUDA {wheel[0]}.x, a newer major version than the driver's CUDA "
+                              f"{driver_cuda}: the driver is too old to run it (torch.cuda.is_available() would be "
+                              "False). Choose a wheel no newer than the driver's CUDA, or update the driver.")
+    if wheel[0] < major:
+        return _report(True, f"{build} ships CUDA {wheel[0]}.{wheel[1]}, an older major version than the driver's "
+                             f"{driver_cuda}: a driver runs older CUDA versions, so this works, if the PyTorch "
+                             f"version you want is still built for it. cu{major}{minor} would give the newest "
+                             "kernels this driver can run.")
     if wheel[1] > minor:
         return _report(False, f"{build} ships CUDA {wheel[0]}.{wheel[1]}, newer than the {driver_cuda} the driver "
                               "supports: most kernels would run (minor-version compatibility) but PTX compiled for "
