@@ -90,6 +90,7 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
             "lookup": attempt(0, lambda: socket.getaddrinfo("example.com", 80)),
             "shell": attempt(0, lambda: os.system("true")),
             "program": attempt(0, lambda: subprocess.run(["true"])),
+            "a compiler, not from torch": attempt(0, lambda: subprocess.run(["cc", "--version"])),
             "python child": attempt(0, lambda: subprocess.run([sys.executable, "-c", "open({str(tmp_path / 'c.txt')!r}, 'w')"])),
         }}))
     """)

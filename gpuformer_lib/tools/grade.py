@@ -22,21 +22,21 @@ the sandbox's audit hook (what it refuses and what it cannot stop: see :mod:`gpu
 Every check reports its result through the grading side channel (``GPUFORMER_GRADE_LOG``, see
 :mod:`gpuformer_lib.exercises._core`), so nothing printed is parsed.
 
-**The statuses.** Per exercise: ``passed``; ``failed`` (with the check's hint); ``timed out`` (the check
-said the learner's function did not return in time, or the cell calling it ran past the cell time limit);
-``crashed`` (the cell calling the check raised, ``sys.exit`` included, or the kernel died in it); ``did not
-run`` (no cell of the submission calls the check, the cell never ran because the run ended before it, or it
-ran without the check reporting). Which cell calls which check is read from the submitted notebook's own
-cells, never from cell positions, and each result is attributed to the cell that was running when the check
-wrote it. **The grade of an exercise is its last result**: the results its check reported in the last cell
-that called it (one cell may call a check twice: it passes only if every call in that cell passed). ``total`` counts the passed exercises.
+**The statuses.** Per exercise: ``passed``; ``failed`` (with the check's hint); ``timed out`` (the check said
+the learner's function did not return in time, or the cell calling it ran past the cell time limit); ``crashed``
+(the cell calling the check raised, ``sys.exit`` included, or the kernel died in it); ``did not run`` (no cell
+of the submission calls the check, the cell never ran because the run ended before it, or it ran without the
+check reporting). Which cell calls which check is read from the submitted notebook's own cells, never from cell
+positions, and each result is attributed to the cell that was running when the check wrote it. **The grade of an
+exercise is its last result**: the results its check reported in the last cell that called it (one cell may call
+a check twice: it passes only if every call in that cell passed). ``total`` counts the passed exercises.
 
 **What it writes.** ``OUT/grades.csv`` (one row per student), ``OUT/feedback/<student>.md`` (each exercise's
-status and hint, and what happened to each notebook), and ``OUT/work/<student>/`` (each notebook's work
-folder, its executed copy, check log and run record). It refuses an ``OUT`` inside the submissions folder
-(or holding it), and an existing ``OUT`` that is not a grades folder it wrote (it marks its own with
-``.gpuformer_grades``); a grades folder of its own is replaced. One broken or malicious submission cannot
-stop the others: each runs in its own process under its own limits, and whatever happens is reported.
+status and hint, and what happened to each notebook), and ``OUT/work/<student>/`` (each notebook's work folder,
+its executed copy, check log, run record and the worker's log). It refuses an ``OUT`` inside the submissions
+folder (or holding it), and an existing ``OUT`` that is not a grades folder it wrote (it marks its own with
+``.gpuformer_grades``); a grades folder of its own is replaced. One broken or malicious submission cannot stop
+the others: each runs in its own process under its own limits, and whatever happens is reported.
 """
 
 from __future__ import annotations
@@ -202,9 +202,10 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def run_notebook(sub: Submission, job_dir: Path, hidden: list[Path], cell_timeout: float,
+def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[Path], cell_timeout: float,
                  notebook_timeout: float, netns: bool) -> dict:
-    """Run one submission in a fresh work folder under ``job_dir``; return its run record and check log."""
+    """Run one submission in a fresh work folder under ``job_dir`` that also holds ``course_dir``'s files other
+    than notebooks (what the notebooks read beside them); return its run record and check log."""
     if job_dir.exists():
         shutil.rmtree(job_dir)
     work = job_dir / "work"
@@ -214,33 +215,38 @@ def run_notebook(sub: Submission, job_dir: Path, hidden: list[Path], cell_timeou
     log, record_path = job_dir / "checks.jsonl", job_dir / "run.json"
     log.touch()
     shutil.copyfile(sub.path, work / sub.course)  # a copy: the submission itself is never run or changed
+    for asset in course_dir.iterdir():  # what the notebooks read beside them (chapter 10's recorded trace)
+        if asset.suffix != ".ipynb" and not asset.name.startswith("."):
+            (shutil.copytree if asset.is_dir() else shutil.copy2)(asset, work / asset.name)
     (site / "sitecustomize.py").write_text(sandbox.sitecustomize_source(work, hidden, log))
     env = _clean_env(work)
     marker = uuid.uuid4().hex
     from gpuformer_lib.distributed import JOB_ENV, _stop_job
     env[JOB_ENV] = marker
     kernel_env = {**env, "PYTHONPATH": str(site), "GPUFORMER_GRADE_LOG": str(log)}
-    job = {"work": str(work), "notebook": sub.course, "record": str(record_path), "executed": str(job_dir / "executed.ipynb"),
-           "cell_timeout": cell_timeout, "notebook_timeout": notebook_timeout, "kernel_env": kernel_env,
-           "netns": netns}
+    job = {"work": str(work), "notebook": sub.course, "record": str(record_path),
+           "executed": str(job_dir / "executed.ipynb"), "cell_timeout": cell_timeout,
+           "notebook_timeout": notebook_timeout, "kernel_env": kernel_env, "netns": netns}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
     worker_env = {**env, "PYTHONPATH": str(REPO_ROOT)}
     cmd = [*(NETNS if netns else []), sys.executable, "-m", "gpuformer_lib.tools.sandbox", str(job_dir / "job.json")]
-    proc = subprocess.Popen(cmd, cwd=job_dir, env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
     killed = None
-    try:
-        out, _ = proc.communicate(timeout=notebook_timeout + 60)  # the worker stops itself at the limit first
-    except subprocess.TimeoutExpired:
-        killed = f"the run was stopped after {notebook_timeout + 60:g} s"
-        out = b""
-    finally:
-        _stop_job(proc, marker, wait_s=5)
+    with (job_dir / "worker.log").open("wb") as worker_log:  # a file, not a pipe: the kernel's own output is unbounded
+        proc = subprocess.Popen(cmd, cwd=job_dir, env=worker_env, stdout=worker_log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=notebook_timeout + 60)  # the worker stops itself at the limit first
+        except subprocess.TimeoutExpired:
+            killed = f"the run was stopped after {notebook_timeout + 60:g} s"
+        finally:
+            _stop_job(proc, marker, wait_s=5)
     record = {"cells": [], "stopped": None, "kernel": "not started", "seconds": 0.0}
     if record_path.is_file():
         record = json.loads(record_path.read_text())
     if killed or (proc.returncode and not record.get("stopped")):
-        tail = out.decode(errors="replace").strip().splitlines()[-3:]
+        with (job_dir / "worker.log").open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 2000))
+            tail = f.read().decode(errors="replace").strip().splitlines()[-3:]
         record["stopped"] = killed or f"the grader's worker failed (exit code {proc.returncode}): {' / '.join(tail)}"
     record["checks"] = _read_log(log)
     return record
@@ -399,7 +405,8 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
                 notes[student].append(f"`{s.path.name}` is not one of the course's notebooks (no metadata, file name "
                                       "or chapter number matched): not graded")
             elif s.course not in expected:
-                notes[student].append(f"`{s.path.name}` ({s.course}) is not part of this assignment: not graded")
+                named = "" if s.path.name == s.course else f" ({s.course})"
+                notes[student].append(f"`{s.path.name}`{named} is not part of this assignment: not graded")
             else:
                 if s.course in plan[student]:
                     notes[student].append(f"`{plan[student][s.course].path.name}` and `{s.path.name}` are both "
@@ -412,7 +419,8 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
         student, s = item
         job_dir = out / "work" / student / Path(s.course).stem
         try:
-            return (student, s.course), run_notebook(s, job_dir, hidden, cell_timeout, notebook_timeout, netns)
+            return (student, s.course), run_notebook(s, job_dir, course_dir, hidden, cell_timeout,
+                                                           notebook_timeout, netns)
         except Exception as err:  # noqa: BLE001  whatever went wrong with this one, the others are graded
             return (student, s.course), {"cells": [], "checks": [], "kernel": "not started", "seconds": 0.0,
                                          "stopped": f"the grader could not run it ({type(err).__name__}: {err})"}

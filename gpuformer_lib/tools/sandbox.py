@@ -6,10 +6,11 @@
 this module, inside ``unshare --user --map-root-user --net --pid --fork --kill-child`` where the system allows
 it (a network namespace with nothing but loopback, and a PID namespace whose processes all die with it). It
 executes the copy cell by cell with nbclient: a cell that raises is recorded and the next one runs; a cell past
-its time limit is recorded, the kernel interrupted and the run goes on if the kernel answers again; a kernel that
-dies, or the notebook's own time limit, ends the run. After every cell the record (``RUN.json``: per cell its
-status, error, execution count and the lines of the checks' log it wrote) is rewritten, so a worker killed from outside still leaves what it did.
-Outputs are capped per cell, so a cell that prints gigabytes cannot fill memory or disk.
+its time limit is recorded, the kernel interrupted and the run goes on if the kernel answers again; a kernel
+that dies, or the notebook's own time limit, ends the run. After every cell the record (``RUN.json``: per cell
+its status, error, execution count and the lines of the checks' log it wrote) is rewritten, so a worker killed
+from outside still leaves what it did. Outputs are capped per cell, so a cell that prints gigabytes fills
+neither the worker's memory nor the executed notebook.
 
 The kernel starts with a ``sitecustomize.py`` (written by :func:`sitecustomize_source`) that installs a Python
 audit hook before any of the learner's code runs, in the kernel and in every Python process it starts. It
@@ -17,9 +18,11 @@ refuses: opening a file for writing, renaming, deleting, linking or changing the
 work folder; reading the course's notebooks (their solutions), the submissions folder and the grades folder
 (other learners' work) outside the work folder; opening the grading log except from
 ``gpuformer_lib/exercises/_core.py``; network connects and name look-ups other than loopback; and starting
-any program other than Python. What it does not stop: code that goes below Python (``ctypes``, a compiled
-extension, ``os.write`` to a file descriptor that is already open), a child Python started without the
-hook (``python -S``, a cleared ``PYTHONPATH``), reading other files the user can read, using memory and CPU.
+any program other than Python, except those that torch's or Triton's own code starts (``torch.compile``
+runs a C++ compiler for its kernels). What it does not stop: code that goes below Python (``ctypes``, a
+compiled extension, ``os.write`` to a file descriptor that is already open), what a program started by torch
+does, a child Python started without the hook (``python -S``, a cleared ``PYTHONPATH``), reading other files
+the user can read, using memory and CPU.
 It is a guard against accidents and casual cheating, not a security boundary: grade untrusted submissions
 inside a container or virtual machine without the course's solutions in it (see the instructor's guide).
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import importlib.util
 import json
 import os
 import subprocess
@@ -56,6 +60,7 @@ _LOG = {log!r}
 _CORE = {core!r}
 _PYTHONS = {pythons!r}
 _WRITABLE = (_WORK, "/dev/null", "/dev/shm")
+_COMPILER_CALLERS = {callers!r}
 _LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
 _WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_TRUNC", 0)
 
@@ -89,6 +94,20 @@ def _is_python(executable):
         import shutil
         name = shutil.which(name) or name
     return _real(name) in _PYTHONS
+
+
+def _from_compiler_stack():
+    """Whether torch or Triton is asking (torch.compile runs a C++ compiler, and openssl, for its kernels)."""
+    frame = _sys._getframe(2)
+    while frame is not None:
+        if _inside(_real(frame.f_code.co_filename), _COMPILER_CALLERS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _allowed_program(executable):
+    return _is_python(executable) or _from_compiler_stack()
 
 
 def _hook(event, args):
@@ -128,13 +147,13 @@ def _hook(event, args):
     elif event == "subprocess.Popen":
         executable, argv = args[0], args[1]
         program = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
-        if not _is_python(program):
+        if not _allowed_program(program):
             _refuse(f"starting the program {{program}} (only Python is allowed)")
     elif event in ("os.exec", "os.posix_spawn"):
-        if not _is_python(args[0]):
+        if not _allowed_program(args[0]):
             _refuse(f"starting the program {{args[0]}} (only Python is allowed)")
     elif event == "os.spawn":
-        if not _is_python(args[1]):
+        if not _allowed_program(args[1]):
             _refuse(f"starting the program {{args[1]}} (only Python is allowed)")
     elif event in ("os.system", "pty.spawn", "os.startfile"):
         _refuse(f"{{event}}")
@@ -148,8 +167,13 @@ def sitecustomize_source(work: Path, hidden: list[Path], log: Path) -> str:
     """The ``sitecustomize.py`` that installs the audit hook for a run in ``work`` (see the module docstring)."""
     core = Path(__file__).resolve().parents[1] / "exercises" / "_core.py"
     pythons = sorted({os.path.realpath(sys.executable), os.path.realpath(sys._base_executable)})
+    callers = []  # the packages whose code may start programs: torch and Triton, found without importing them
+    for name in ("torch", "triton"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            callers.append(os.path.realpath(os.path.dirname(spec.origin)))
     return _TEMPLATE.format(work=os.path.realpath(work), hidden=[os.path.realpath(p) for p in hidden],
-                            log=os.path.realpath(log), core=str(core), pythons=pythons)
+                            log=os.path.realpath(log), core=str(core), pythons=pythons, callers=callers)
 
 
 class _CappedClient(NotebookClient):
