@@ -14,7 +14,8 @@ graded are those given with ``--notebooks`` (file names or chapter numbers), els
 some submission matched; a student without one gets "did not run" for its exercises.
 
 **How a notebook runs.** Each notebook runs in its own process (:mod:`gpuformer_lib.tools.sandbox`) on a
-copy in a fresh work folder (the submission is never opened for writing), with a time limit per cell and per
+copy in a fresh work folder (the submission is never opened for writing; the course folder's other files,
+such as recorded traces, are copied beside it), with a time limit per cell and per
 notebook, on the CPU (``CUDA_VISIBLE_DEVICES`` empty, ``GPUFORMER_DEVICE=cpu``), with ``GPUFORMER_DATA``
 passed, proxy variables cleared, ``HOME`` and ``TMPDIR`` inside the work folder, in a network namespace with
 no network (``unshare``; where that is not allowed, a warning, and only the audit hook stands in), and under
