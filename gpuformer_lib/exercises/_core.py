@@ -15,14 +15,14 @@ code goes through :func:`_try`, and every public ``check_*`` is wrapped by :func
 * ``_safe_check`` turns anything that still goes wrong while the check examines the answer into a
   not-yet result that names what the answer was. ``KeyboardInterrupt`` still interrupts.
 
-**The grading side channel.** When the environment variable ``GPUFORMER_GRADE_LOG`` names a file, every
-public check, once it has its result, appends one JSON line to that file (opened, written, flushed and
-closed at once, so a kernel that dies a moment later loses nothing): ``check`` (the public function's name,
-the exercise's stable id), ``passed``, ``message`` (what was printed, the hint included), ``time`` (UTC,
-ISO 8601), ``execution_count`` (IPython's execution counter while the check ran, else null; for reading
-only: the grader attributes a line to the cell that was running when it was written) and ``pid``. A check called by another check is recorded once, as the outer one. ``make grade``
-(:mod:`gpuformer_lib.tools.grade`) reads these lines instead of parsing printed text. Without the variable
-nothing is written and nothing else changes.
+**The grading side channel.** When the environment variable ``GPUFORMER_GRADE_LOG`` names a file, every public
+check, once it has its result, appends one JSON line to that file (opened, written, flushed and closed at once,
+so a kernel that dies a moment later loses nothing): ``check`` (the public function's name, the exercise's
+stable id), ``passed``, ``message`` (what was printed, the hint included), ``time`` (UTC, ISO 8601),
+``execution_count`` (IPython's execution counter while the check ran, else null; for reading only: the grader
+attributes a line to the cell that was running when it was written) and ``pid``. A check called by another check
+is recorded once, as the outer one. ``make grade`` (:mod:`gpuformer_lib.tools.grade`) reads these lines instead
+of parsing printed text. Without the variable nothing is written and nothing else changes.
 
 What the channel guarantees, and what it does not: a line is written only by this module's
 :func:`_record`, after a check has run. The learner's code runs in the same process, though, so nothing
