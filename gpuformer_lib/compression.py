@@ -284,6 +284,20 @@ def train_lm(model: nn.Module, stream: Tensor, *, steps: int, batch: int = 32, b
     return model.eval()
 
 
+def unigram_loss(train: Tensor, heldout: Tensor) -> float:
+    """Cross-entropy (nats per character) of the training stream's character frequencies on ``heldout``: the loss
+    of a model that ignores context. A language model must beat it by a wide margin before its logits carry
+    anything (a nearly flat model scores close to it, whatever is done to its weights). Characters absent from
+    training get probability 0 and raise ValueError."""
+    if train.dim() != 1 or heldout.dim() != 1 or train.dtype != torch.long or heldout.dtype != torch.long:
+        raise ValueError("train and heldout must be 1-D int64 id streams (CharLMData.train / .heldout)")
+    size = int(max(train.max(), heldout.max())) + 1
+    counts = torch.bincount(train, minlength=size).double()  # (V,)
+    if (counts[heldout] == 0).any():
+        raise ValueError("heldout has characters that never occur in train: their unigram probability is 0")
+    return float(-(counts / counts.sum()).log()[heldout].mean())
+
+
 def heldout_loss(model: nn.Module, stream: Tensor, *, batches: int = 4, batch: int = 32, block: int = 64) -> float:
     """Mean next-token cross-entropy (nats per character) on ``batches`` fixed windows of ``stream`` (the
     same windows for every model, seeds 10^6 + i)."""
@@ -455,6 +469,19 @@ class DistillationResult:
     """Training steps of the teacher, where the same call trained it (:func:`translator_distillation`)."""
     teacher_seconds: float | None = None
     """Wall time of the teacher's training, where the same call trained it."""
+    other_temperatures: tuple[tuple[float, tuple[float, ...]], ...] = ()
+    """(T, distilled loss per seed) for further temperatures, each against the same hard-label controls
+    (:attr:`TranslatorDistillationPlan.other_temperatures`)."""
+
+    def helped_every_seed_at(self, temperature: float) -> bool:
+        """Whether the students distilled at ``temperature`` beat their controls on every seed."""
+        if temperature == self.temperature:
+            return self.helped_every_seed
+        for t, losses in self.other_temperatures:
+            if t == temperature:
+                return all(d < h for d, h in zip(losses, self.hard_label_losses))
+        raise ValueError(f"no run at T = {temperature}: ran {self.temperature} and "
+                         f"{[t for t, _ in self.other_temperatures]}")
 
     @property
     def mean_distilled(self) -> float:
@@ -676,6 +703,8 @@ class TranslatorDistillationPlan:
     """Validation pairs the losses are measured on (chapter 13's CPU plan's 300)."""
     teacher_seed: int = 1000
     """Seed of the teacher's initial weights and batches, apart from the students' seeds."""
+    other_temperatures: tuple[float, ...] = ()
+    """Further temperatures: one more distilled student per seed at each, compared with the same controls."""
 
 
 def translator_distillation_plan(prepared: "translation_task.TranslationData", *, quick: bool = False
@@ -692,6 +721,8 @@ def translator_distillation_plan(prepared: "translation_task.TranslationData", *
     nats) helped no more than this one. See :func:`translator_distillation`'s result for the numbers of the
     run at hand, not this docstring.
 
+    The full plan also distills at T = 2 (``other_temperatures``), so that the page shows both.
+
     ``quick``: a few steps and one seed, for rehearsals that only check the code paths."""
     from gpuformer_lib.model_sizes import translation_run
 
@@ -702,9 +733,11 @@ def translator_distillation_plan(prepared: "translation_task.TranslationData", *
                                   n_encoder_layers=1, n_decoder_layers=1)
     if quick:
         return TranslatorDistillationPlan(teacher, student, teacher_steps=4, student_steps=2, batch_size=16,
-                                          lr=run.lr, temperature=1.0, alpha=0.5, seeds=(0,), val_pairs=64)
+                                          lr=run.lr, temperature=1.0, alpha=0.5, seeds=(0,), val_pairs=64,
+                                          other_temperatures=(2.0,))
     return TranslatorDistillationPlan(teacher, student, teacher_steps=80, student_steps=40, batch_size=32, lr=run.lr,
-                                      temperature=1.0, alpha=0.5, seeds=(0, 1), val_pairs=300)
+                                      temperature=1.0, alpha=0.5, seeds=(0, 1), val_pairs=300,
+                                      other_temperatures=(2.0,))
 
 
 def translator_distillation(prepared: "translation_task.TranslationData",
@@ -724,4 +757,21 @@ def translator_distillation(prepared: "translation_task.TranslationData",
     result = distill_translator(teacher, plan.student_config, prepared, plan.student_steps,
                                 temperature=plan.temperature, alpha=plan.alpha, seeds=plan.seeds,
                                 batch_size=plan.batch_size, lr=plan.lr, val_pairs=plan.val_pairs, device=device)
-    return dataclasses.replace(result, teacher_steps=plan.teacher_steps, teacher_seconds=teacher_seconds)
+    from gpuformer_lib import translation_task
+
+    val = translation_task.batches_of(prepared.val_set[:plan.val_pairs] if plan.val_pairs else prepared.val_set)
+    others = []
+    for temperature in plan.other_temperatures:
+        distillation_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, dtype=torch.long), temperature,
+                          plan.alpha)
+        losses = []
+        for seed in plan.seeds:  # as _paired_runs' distilled arm: same seed, so the same weights and batches
+            torch.manual_seed(seed)
+            student = train_translator(
+                Transformer(plan.student_config), prepared, steps=plan.student_steps, batch_size=plan.batch_size,
+                lr=plan.lr, seed=seed, device=device,
+                loss_fn=lambda s, b, t=temperature: translation_distillation_loss(s, teacher, b, t, plan.alpha))
+            losses.append(translation_task.validation_loss(student, val, device))
+        others.append((float(temperature), tuple(losses)))
+    return dataclasses.replace(result, teacher_steps=plan.teacher_steps, teacher_seconds=teacher_seconds,
+                               other_temperatures=tuple(others))

@@ -9,8 +9,9 @@ ids (B, T) to logits works):
   exported program (the dynamo exporter converts an ``ExportedProgram`` as it is), weights inside the one
   file (``external_data=False``), into a folder the caller names or a fresh temporary one; an existing
   file is never overwritten.
-- :func:`ort_session` (ONNX Runtime with ``CPUExecutionProvider``; ``CUDAExecutionProvider`` first only
-  when :func:`ort_providers` finds it, so the same call works on a GPU machine) and :func:`compare_onnx`:
+- :func:`ort_session` (ONNX Runtime with ``CPUExecutionProvider``; with ``device="cuda"``,
+  ``CUDAExecutionProvider`` first, and :func:`ort_providers` raises a clear error when the installed onnxruntime
+  has none) and :func:`compare_onnx` (always on the CPU provider, against eager on the CPU):
   outputs against eager within a stated tolerance at two or more shapes, and latency, eager against ONNX
   Runtime, median of several repeats after warm-up, same inputs and the same number of CPU threads.
 

@@ -6,17 +6,23 @@ Covers:
 - :func:`stack_report`: the layers this torch build reports (build kind, CUDA runtime, HIP, cuDNN, NCCL, Triton,
   the CPU's vector instructions, oneDNN/MKL, threads, MPS) and, on an NVIDIA machine, the driver and the highest
   CUDA version it supports, read through NVML (``nvidia-ml-py``) or ``nvidia-smi`` in two small wrappers.
-- :func:`diagnose_stack`: each mismatch between those layers in words, with what to do (a CUDA wheel without a
-  usable driver, a driver older than the runtime, a CPU wheel on a GPU machine, a GPU without NCCL or Triton),
-  and what a ROCm (HIP behind ``torch.cuda``) or Apple MPS build does differently.
+- :func:`diagnose_stack`: each mismatch between those layers in words, with the message the reader would see
+  and what to do (a CUDA wheel without a usable driver, a driver older than the runtime, a CPU wheel on a GPU
+  machine, a wheel without kernels for the GPU's architecture, a system CUDA/cuDNN on ``LD_LIBRARY_PATH``
+  shadowing the wheel's ``nvidia-*`` libraries, a GPU without NCCL or Triton), and what a ROCm (HIP behind
+  ``torch.cuda``) or Apple MPS build does differently. Wheel advice names only index tags PyTorch publishes
+  (:data:`PYTORCH_CUDA_INDEXES`, with the newest torch each carries: :func:`wheel_index_for_driver`).
 - :func:`graph_breaks` (``torch._dynamo.explain``), :func:`generated_code` (the kernels Inductor writes:
   C++/OpenMP on a CPU, Triton on a GPU) and :func:`compile_cost` (a cold compile against the time it saves per
   call: the break-even number of calls).
 - :func:`determinism_check`: the same small training run twice with and without
   ``torch.use_deterministic_algorithms(True)``: bitwise equal losses or not, and the step time each way.
   :func:`deterministic_algorithms` sets the switches and puts the old ones back.
-- :func:`cuda_graphs_compile`: ``mode="reduce-overhead"`` through :func:`gpuformer_lib.speed.apply_plan`, refused
-  clearly on a CPU.
+- :func:`enable_reproducible_cublas`: ``CUBLAS_WORKSPACE_CONFIG`` set before CUDA initialises (cuBLAS reads it
+  then, and only then), called in a notebook's first cell.
+- :func:`cuda_graphs_speedup`: a training step's median time compiled with and without ``mode="reduce-overhead"``
+  (CUDA graphs), warmed up and synchronized, on a CUDA device; refused clearly on a CPU.
+  :func:`cuda_graphs_compile`: the same mode through :func:`gpuformer_lib.speed.apply_plan`.
 - Predictors for the GPU view: :func:`fusion_prediction` (layer norm + GELU as bytes over bandwidth, eager's four
   passes against the fused kernel's two) and :func:`decode_tokens_per_s` (batch-1 decoding bounded by bandwidth
   over the weights' bytes: bf16, weight-only int8 and int4); :func:`tool_sizes`, chapter 16's sizes per device.
@@ -89,6 +95,14 @@ class StackReport:
     """The newest CUDA version that driver supports, e.g. "12.4"."""
     driver_gpus: int
     """GPUs the NVIDIA driver sees (0 without a driver): what the machine has, whatever the wheel."""
+    gpu_capability: str | None = None
+    """The first GPU's compute capability, e.g. "8.6" (``torch.cuda.get_device_capability``; a usable GPU only)."""
+    arch_list: tuple[str, ...] = ()
+    """The GPU architectures this wheel carries kernels for (``torch.cuda.get_arch_list()``: "sm_75", ...,
+    "compute_90" for PTX that the driver can compile for newer GPUs)."""
+    shadowing_libraries: tuple[str, ...] = ()
+    """Directories on ``LD_LIBRARY_PATH`` holding a system libcudnn/libcublas/libcudart: they are found before the
+    ``nvidia-*-cu12``/``-cu13`` pip wheels' copies torch was built against."""
 
     def __post_init__(self):
         if self.build not in BUILDS:
@@ -99,6 +113,8 @@ class StackReport:
             value = getattr(self, name)
             if value is not None and _version(value) is None:
                 raise ValueError(f"{name} must look like '12.4', not {value!r}")
+        if self.gpu_capability is not None and _version(self.gpu_capability) is None:
+            raise ValueError(f"gpu_capability must look like '8.6', not {self.gpu_capability!r}")
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(layer, what this build reports, what the layer does): the table a page shows."""
@@ -108,15 +124,21 @@ class StackReport:
             ("PyTorch", f"{self.torch_version} ({self.build} build)", "the Python API; dispatches each op to a kernel"),
             ("NVIDIA driver", f"{self.driver} (CUDA <= {self.driver_cuda}, {self.driver_gpus} GPU(s))"
              if self.driver else none, "talks to the GPU; sets the newest CUDA runtime it can serve"),
-            ("CUDA runtime", self.cuda_runtime or none, "launches kernels, moves memory; ships inside the wheel"),
+            ("CUDA runtime", self.cuda_runtime or none,
+             "launches kernels, moves memory; a pip dependency of the wheel (nvidia-cuda-runtime-*)"),
             ("HIP (ROCm)", self.hip_runtime or none, "AMD's CUDA-like runtime, behind torch.cuda"),
             ("cuBLAS", f"with CUDA {self.cuda_runtime}" if self.cuda_runtime else none,
-             "matrix products on tensor cores"),
-            ("cuDNN", cudnn, "tuned kernels for convolutions, attention, normalisation"),
+             "matrix products on tensor cores (pip: nvidia-cublas-*)"),
+            ("cuDNN / MIOpen" if self.build == "ROCm (HIP)" else "cuDNN", cudnn,
+             "tuned kernels for convolutions, attention, normalisation"),
             ("NCCL", self.nccl or none, "all-reduce and other collectives between GPUs"),
             ("Triton", self.triton or none, "the compiler torch.compile writes GPU kernels in"),
             ("CPU kernels", f"{self.cpu_capability}, oneDNN {'yes' if self.onednn else 'no'}, "
              f"MKL {'yes' if self.mkl else 'no'}, {self.threads} thread(s)", "what runs when no GPU does"),
+            ("GPU kernels", (f"capability {self.gpu_capability}; wheel has {' '.join(self.arch_list) or 'none'}"
+                             if self.gpu_capability else
+                             (' '.join(self.arch_list) if self.arch_list else none)),
+             "architectures the wheel carries kernels for"),
             ("GPU usable", f"yes: {self.gpu_name}" if self.gpu_usable else
              ("MPS" if self.mps_available else "no"), "torch.cuda.is_available() / torch.backends.mps"),
         ]
@@ -223,12 +245,115 @@ def stack_report() -> StackReport:
         driver=driver[0] if driver else None,
         driver_cuda=driver[1] if driver else None,
         driver_gpus=driver[2] if driver else 0,
+        gpu_capability=_gpu_capability() if usable else None,
+        arch_list=tuple(torch.cuda.get_arch_list()) if usable else (),
+        shadowing_libraries=_shadowing_libraries() if (torch.version.cuda or hip) else (),
     )
 
 
-def _wheel_tag(driver_cuda: str | None) -> str:
+def _gpu_capability() -> str | None:
+    """The first GPU's compute capability as "8.6" (CUDA/ROCm with a usable GPU only)."""
+    try:
+        major, minor = torch.cuda.get_device_capability(0)
+    except Exception:  # noqa: BLE001
+        return None
+    return f"{major}.{minor}"
+
+
+def _shadowing_libraries(path: str | None = None) -> tuple[str, ...]:
+    """Directories on ``LD_LIBRARY_PATH`` (or ``path``) that hold libcudnn/libcublas/libcudart: the dynamic loader
+    searches them before the pip wheels' own copies, so a system CUDA or cuDNN can replace the ones torch expects."""
+    found = []
+    for folder in (os.environ.get("LD_LIBRARY_PATH", "") if path is None else path).split(os.pathsep):
+        if not folder or not os.path.isdir(folder):
+            continue
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        if any(n.startswith(("libcudnn.so", "libcublas.so", "libcudart.so")) for n in names):
+            found.append(folder)
+    return tuple(dict.fromkeys(found))
+
+
+# The CUDA index tags of https://download.pytorch.org/whl/ for Linux x86-64, each with the CUDA version it ships
+# and the newest PyTorch minor release built for it. Read from PyTorch's release compatibility matrix (RELEASE.md,
+# "Release Compatibility Matrix", rows 2.0-2.14) and its "get started / previous versions" page (e.g. v2.6.0 lists
+# cu118, cu124, cu126; v2.9.1 lists cu126, cu128, cu130). "2.14" marks a tag the newest row of that matrix still
+# builds, so newer releases may carry it too. Tags that never existed (cu122, cu123, cu125, cu127) are not here.
+PYTORCH_CUDA_INDEXES: dict[str, tuple[tuple[int, int], str]] = {
+    "cu117": ((11, 7), "2.0"),
+    "cu118": ((11, 8), "2.7"),
+    "cu121": ((12, 1), "2.5"),
+    "cu124": ((12, 4), "2.6"),
+    "cu126": ((12, 6), "2.14"),
+    "cu128": ((12, 8), "2.11"),
+    "cu129": ((12, 9), "2.8"),
+    "cu130": ((13, 0), "2.14"),
+    "cu132": ((13, 2), "2.14"),
+}
+"""tag -> ((CUDA major, minor), newest torch minor release built for it)."""
+_NEWEST_LISTED = max((v for _, v in PYTORCH_CUDA_INDEXES.values()), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def wheel_index_for_driver(driver_cuda: str | None) -> tuple[str, str] | None:
+    """The newest published PyTorch CUDA index tag whose CUDA the driver serves (same major, minor <= the
+    driver's, or an older major), and the newest torch it carries: e.g. "12.4" -> ("cu124", "2.6"), "12.5" ->
+    ("cu124", "2.6"), "13.0" -> ("cu130", "2.14"). None when no published tag fits (or the version is unreadable)."""
     v = _version(driver_cuda)
-    return f"a cu{v[0]}x wheel no newer than cu{v[0]}{v[1]}" if v else "the CUDA wheel your driver supports"
+    if v is None:
+        return None
+    fitting = [(cuda, tag) for tag, (cuda, _) in PYTORCH_CUDA_INDEXES.items() if cuda <= v]
+    if not fitting:
+        return None
+    tag = max(fitting)[1]
+    return tag, PYTORCH_CUDA_INDEXES[tag][1]
+
+
+def _sm(arch: str) -> tuple[int, int, str, bool] | None:
+    """'sm_86' -> (8, 6, '', False); 'sm_90a' -> (9, 0, 'a', False); 'compute_90' -> (9, 0, '', True)."""
+    m = re.match(r"^(sm|compute)_(\d+?)(\d)([a-z]?)$", arch)
+    return (int(m.group(2)), int(m.group(3)), m.group(4), m.group(1) == "compute") if m else None
+
+
+def arch_supported(capability: str, arch_list: Sequence[str]) -> bool:
+    """Whether a wheel built for ``arch_list`` has a kernel image a GPU of ``capability`` can run: a cubin for
+    sm_XY runs on capability X.Z with Z >= Y (same major; an "a" variant only on X.Y exactly), and PTX
+    (compute_XY) is compiled by the driver for any capability >= X.Y."""
+    cap = _version(capability)
+    if cap is None:
+        raise ValueError(f"capability must look like '8.6', not {capability!r}")
+    for arch in arch_list:
+        parsed = _sm(arch)
+        if parsed is None:
+            continue
+        major, minor, variant, ptx = parsed
+        if ptx and cap >= (major, minor):
+            return True
+        if not ptx and major == cap[0] and (minor == cap[1] if variant else minor <= cap[1]):
+            return True
+    return False
+
+
+def _wheel_advice(driver_cuda: str | None) -> str:
+    """'update the driver, or install ...' naming a published tag and the newest torch it carries."""
+    found = wheel_index_for_driver(driver_cuda)
+    if found is None:
+        return ("update the NVIDIA driver (no CUDA wheel PyTorch publishes runs on CUDA "
+                f"{driver_cuda or 'this driver'})")
+    tag, newest = found
+    return (f"update the NVIDIA driver (first choice: newer torch releases need it), or install the newest wheel "
+            f"this driver can run: pip install torch --index-url https://download.pytorch.org/whl/{tag} "
+            f"(CUDA {'.'.join(map(str, PYTORCH_CUDA_INDEXES[tag][0]))}; torch {newest} is the newest release built "
+            f"for {tag}{'' if newest == _NEWEST_LISTED else ', so pin torch==' + newest + '.*'})")
+
+
+_TRITON_PTXAS = ("torch.compile's Triton kernels fail the same way whatever the wheel's cu tag: Triton compiles with "
+                 "the ptxas bundled in the triton package, and a ptxas newer than the driver gives \"RuntimeError: "
+                 "Triton Error [CUDA]: device kernel image is invalid\" (pytorch/pytorch#119054: a cu118 torch 2.2 on "
+                 "driver 470). Fix: update the driver, or point TRITON_PTXAS_PATH at a ptxas no newer than the "
+                 "driver's CUDA (a CUDA toolkit's bin/ptxas, or the nvidia-cuda-nvcc wheel's); an older torch wheel "
+                 "does not help.")
 
 
 def diagnose_stack(report: StackReport) -> list[str]:
@@ -241,28 +366,45 @@ def diagnose_stack(report: StackReport) -> list[str]:
     index = "https://download.pytorch.org/whl/"
     if report.build == "CPU" and report.driver_gpus > 0:
         found.append(f"problem: a CPU-only torch wheel on a machine whose NVIDIA driver {report.driver} shows "
-                     f"{report.driver_gpus} GPU(s): everything runs on the CPU. Install {_wheel_tag(report.driver_cuda)} "
-                     f"(pip install torch --index-url {index}cu1XY, e.g. cu124 for a driver that supports CUDA 12.4).")
+                     f"{report.driver_gpus} GPU(s): torch.cuda.is_available() is False and everything runs on the "
+                     f"CPU. The driver serves CUDA <= {report.driver_cuda}: {_wheel_advice(report.driver_cuda)}.")
     if report.build == "CUDA" and runtime and driver_cuda and driver_cuda < runtime:
         if driver_cuda[0] < runtime[0]:
             found.append(f"problem: this wheel ships CUDA {report.cuda_runtime} but the driver {report.driver} serves "
-                         f"at most CUDA {report.driver_cuda}, an older major version: torch.cuda.is_available() is "
-                         f"False. Update the NVIDIA driver, or install {_wheel_tag(report.driver_cuda)}.")
+                         f"at most CUDA {report.driver_cuda}, an older major version: torch warns \"The NVIDIA driver "
+                         f"on your system is too old\" and torch.cuda.is_available() is False. "
+                         f"{_wheel_advice(report.driver_cuda)[0].upper()}{_wheel_advice(report.driver_cuda)[1:]}.")
         else:
             found.append(f"problem: this wheel ships CUDA {report.cuda_runtime} but the driver {report.driver} serves "
-                         f"at most CUDA {report.driver_cuda}: same major version, so most kernels run (minor-version "
-                         f"compatibility), but code compiled to PTX for the newer runtime (Triton, torch.compile, "
-                         f"some extensions) fails to load. Update the driver, or install {_wheel_tag(report.driver_cuda)}.")
+                         f"at most CUDA {report.driver_cuda}: same major version, so the wheel's prebuilt kernels run "
+                         f"(minor-version compatibility), but PTX the driver must compile is too new for it. "
+                         f"{_wheel_advice(report.driver_cuda)[0].upper()}{_wheel_advice(report.driver_cuda)[1:]}. "
+                         f"{_TRITON_PTXAS}")
     elif report.build == "CUDA" and not report.gpu_usable:
         if report.driver is None:
             found.append("problem: a CUDA wheel, but no NVIDIA driver answers (no NVML, no nvidia-smi): "
-                         "torch.cuda.is_available() is False and everything runs on the CPU. On a GPU machine install "
-                         "the driver (or run the container with --gpus all); on a machine without a GPU the CPU wheel "
-                         f"({index}cpu) is about ten times smaller.")
+                         "torch.cuda.is_available() is False (torch warns \"Found no NVIDIA driver on your system\") "
+                         "and everything runs on the CPU. On a GPU machine install the driver (or run the container "
+                         f"with --gpus all); on a machine without a GPU the CPU wheel ({index}cpu) is about ten times "
+                         "smaller.")
         else:
             found.append(f"problem: a CUDA wheel and driver {report.driver} (CUDA <= {report.driver_cuda}), but "
                          "torch.cuda.is_available() is False: check CUDA_VISIBLE_DEVICES (empty or wrong hides the "
                          "GPUs), that this process may open /dev/nvidia*, and in a container --gpus all.")
+    if report.gpu_capability and report.arch_list and not arch_supported(report.gpu_capability, report.arch_list):
+        found.append(f"problem: the GPU has compute capability {report.gpu_capability}, but this wheel carries kernels "
+                     f"only for {' '.join(report.arch_list)}: every kernel launch fails with \"CUDA error: no kernel "
+                     "image is available for execution on the device\" (torch warns at start-up that the GPU is not "
+                     "compatible). A new GPU needs a wheel built with its architecture (e.g. Blackwell's sm_100/sm_120 "
+                     "come with the cu128 and cu13x wheels); an old one a wheel that still lists it (cu126 keeps "
+                     "Maxwell to Volta, sm_50-sm_70). Compare torch.cuda.get_device_capability() with "
+                     "torch.cuda.get_arch_list().")
+    if report.build == "CUDA" and report.shadowing_libraries:
+        found.append("problem: LD_LIBRARY_PATH puts a system CUDA/cuDNN first "
+                     f"({', '.join(report.shadowing_libraries)}): the loader picks those over the nvidia-*-cu12/-cu13 "
+                     "pip wheels torch was built with, and a version that differs fails at import (\"undefined symbol\") "
+                     "or at the first convolution or attention call (a cuDNN version error). Unset LD_LIBRARY_PATH for "
+                     "Python, or remove those folders from it.")
     if report.build in ("CUDA", "ROCm (HIP)") and report.gpu_usable:
         if report.nccl is None:
             found.append("problem: a GPU but no NCCL in this build: multi-GPU training (chapters 11-12) falls back "
@@ -278,8 +420,10 @@ def diagnose_stack(report: StackReport) -> list[str]:
                      "nvidia-smi do not see the GPU (rocm-smi/amd-smi do), Nsight is rocprof, and CUDA C extensions "
                      "must be hipified.")
     if report.build == "MPS":
-        found.append("note: an Apple MPS build: use device='mps' (torch.cuda is empty). No CUDA events, NCCL, "
-                     "memory caps or Triton; float64 is not supported on the GPU; an op without an MPS kernel raises "
+        found.append("note: an Apple MPS build: use device='mps' (torch.cuda is empty). MPS has its own events "
+                     "(torch.mps.Event(enable_timing=True) for timing) and memory cap "
+                     "(torch.mps.set_per_process_memory_fraction); no NCCL and no Triton (torch.compile's Metal back-"
+                     "end is experimental); float64 is not supported on the GPU; an op without an MPS kernel raises "
                      "unless PYTORCH_ENABLE_MPS_FALLBACK=1 sends it to the CPU; the GPU shares the Mac's memory."
                      + ("" if report.mps_available else " MPS is built in but not available here: it needs "
                         "Apple silicon and macOS 12.3 or newer."))
@@ -491,33 +635,135 @@ def cuda_graphs_compile(model: torch.nn.Module, device: torch.device | str) -> t
     return apply_plan(model, SpeedPlan(compile=True, cuda_graphs=True), device)
 
 
+@dataclasses.dataclass(frozen=True)
+class CudaGraphsSpeedup:
+    """A training step compiled without and with CUDA graphs: medians of warmed, synchronized steps."""
+
+    compiled_step_s: float
+    """Median seconds per step, ``torch.compile(model)`` (default mode: fused kernels, one launch each)."""
+    graphed_step_s: float
+    """Median seconds per step, ``torch.compile(model, mode="reduce-overhead")``: forward and backward replayed as
+    CUDA graphs."""
+    steps: int
+    """Timed steps per mode (after the warm-up steps that compile and record)."""
+    rehearsed: bool = False
+    """True when a rehearsed GPU profile ran the loop on the CPU with Dynamo's eager backend and no graphs: the
+    times are then the CPU's and say nothing about graphs."""
+
+    @property
+    def speedup(self) -> float:
+        """compiled / graphed: above 1 means the graphs saved launch time."""
+        return bench.speedup(self.compiled_step_s, self.graphed_step_s)
+
+
+def cuda_graphs_speedup(config: TransformerConfig, device: torch.device | str, *, steps: int = 30, batch: int = 8,
+                        seq: int = 64, warmup: int = 3) -> CudaGraphsSpeedup:
+    """Time AdamW training steps of ``DecoderLM(config)`` on ``device`` compiled two ways, ``torch.compile`` and
+    ``torch.compile(mode="reduce-overhead")`` (CUDA graphs): the same seeded weights and a fixed batch of
+    ``batch`` x ``seq`` tokens in each, ``warmup`` untimed steps each (compiling, then recording the graphs),
+    then ``steps`` timed steps per mode in interleaved rounds, each step synchronized; medians. The loss and the
+    optimizer step stay outside the graphs (``torch.compiler.cudagraph_mark_step_begin`` marks each step).
+    A CPU device raises ValueError; in a rehearsed GPU profile on the CPU the loop runs with Dynamo's "eager"
+    backend and no graphs (``rehearsed=True``), to check the code path only."""
+    device = torch.device(device)
+    rehearsal = device.type != "cuda" and rehearsing_gpu()
+    if device.type != "cuda" and not rehearsal:
+        raise ValueError(f"CUDA graphs need a CUDA device, not {device}: they record CUDA kernel launches")
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be a TransformerConfig, not {type(config).__name__}")
+    for name, value in (("steps", steps), ("batch", batch), ("seq", seq), ("warmup", warmup)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, not {value!r}")
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=g).to(device)  # (B, T + 1)
+    torch._dynamo.reset()
+    runs = {}
+    for mode in (None, "reduce-overhead"):
+        torch.manual_seed(0)
+        model = DecoderLM(config).to(device)
+        compiled = (torch.compile(model, backend="eager") if rehearsal else torch.compile(model, mode=mode))
+        runs[mode] = (compiled, torch.optim.AdamW(model.parameters(), lr=1e-3), [])
+
+    def step(mode: str | None) -> float:
+        compiled, opt, _ = runs[mode]
+        bench.synchronize(device)
+        t0 = time.perf_counter()
+        if mode and not rehearsal:
+            torch.compiler.cudagraph_mark_step_begin()
+        logits = compiled(ids[:, :-1])  # (B, T) -> (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), ids[:, 1:].flatten())  # (B*T, V)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        bench.synchronize(device)
+        return time.perf_counter() - t0
+
+    try:
+        for mode in runs:
+            for _ in range(warmup):
+                step(mode)
+        for _ in range(steps):
+            for mode in runs:
+                runs[mode][2].append(step(mode))
+    finally:
+        torch._dynamo.reset()
+    return CudaGraphsSpeedup(compiled_step_s=statistics.median(runs[None][2]),
+                             graphed_step_s=statistics.median(runs["reduce-overhead"][2]), steps=steps,
+                             rehearsed=rehearsal)
+
+
 # --------------------------------------------------------------------------- determinism
+
+
+_CUBLAS_CONFIG = ":4096:8"
+_cublas_set_before_cuda: bool | None = None
+
+
+def enable_reproducible_cublas() -> bool:
+    """Set ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (unless already set) while CUDA is not yet initialised: cuBLAS reads
+    it when CUDA starts, so a notebook calls this in its first cell, before any tensor reaches a GPU. Returns
+    whether the variable was in place before CUDA initialised (False: CUDA had started, and this process's cuBLAS
+    keeps its default, possibly nondeterministic, workspaces; set it in the shell instead). Recorded for
+    :func:`determinism_check`."""
+    global _cublas_set_before_cuda
+    initialised = torch.cuda.is_initialized()
+    already = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if not initialised and already is None:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = _CUBLAS_CONFIG
+    _cublas_set_before_cuda = not initialised or already is not None  # set in the shell, or now in time
+    return _cublas_set_before_cuda
+
+
+def cublas_config_before_cuda() -> bool | None:
+    """Whether ``CUBLAS_WORKSPACE_CONFIG`` was set before CUDA initialised in this process: True or False once
+    :func:`enable_reproducible_cublas` has run, else None (unknown; True if CUDA has not started yet and the
+    variable is set)."""
+    if _cublas_set_before_cuda is not None:
+        return _cublas_set_before_cuda
+    if not torch.cuda.is_initialized() and os.environ.get("CUBLAS_WORKSPACE_CONFIG"):
+        return True
+    return None
+
 
 
 @contextlib.contextmanager
 def deterministic_algorithms(enabled: bool = True, *, warn_only: bool = False) -> Iterator[None]:
     """Inside: ``torch.use_deterministic_algorithms(enabled, warn_only=warn_only)`` (an op without a deterministic
     kernel raises, or with ``warn_only`` warns and runs its nondeterministic kernel),
-    ``torch.backends.cudnn.benchmark = False`` and ``cudnn.deterministic = enabled``, and
-    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS reads it when CUDA initialises: set it before the first CUDA
-    call, or in the shell). On exit every flag and the variable are put back as they were."""
+    ``torch.backends.cudnn.benchmark = False`` and ``cudnn.deterministic = enabled``. It does not set
+    ``CUBLAS_WORKSPACE_CONFIG``: cuBLAS reads that only when CUDA initialises, and setting it later would only
+    silence PyTorch's cuBLAS determinism error without changing cuBLAS; :func:`enable_reproducible_cublas` sets it
+    in time. On exit every flag is put back as it was."""
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
-             os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
     try:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = enabled
-        if enabled:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         yield
     finally:
         torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[2], saved[3]
-        if saved[4] is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved[4]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,6 +783,9 @@ class DeterminismResult:
     nondeterministic_ops: tuple[str, ...] = ()
     """Operations that ran without a deterministic kernel in deterministic mode (PyTorch's warnings, first line):
     while any is listed, bitwise equality is not guaranteed on this device."""
+    cublas_config_before_cuda: bool | None = None
+    """On a CUDA device: whether ``CUBLAS_WORKSPACE_CONFIG`` was set before CUDA initialised
+    (:func:`enable_reproducible_cublas`); False means cuBLAS ran with its default workspaces. None on a CPU."""
 
     @property
     def cost(self) -> float:
@@ -593,6 +842,7 @@ def determinism_check(config: TransformerConfig | None = None, *, device: torch.
         step_s_default=step[False],
         step_s_deterministic=step[True],
         nondeterministic_ops=tuple(dict.fromkeys(flagged)),
+        cublas_config_before_cuda=bool(cublas_config_before_cuda()) if device.type == "cuda" else None,
     )
 
 
@@ -634,17 +884,26 @@ class ToolSizes:
     """Calls per round."""
     teacher_steps: int
     """Training steps of the character model that is exported and quantized."""
+    teacher_batch: int
+    """Sequences of 64 characters per training step of that model."""
     batch: int
     """Sequences of 64 characters per batch (training, timing, held-out loss)."""
     timing_repeats: int
     """Repeats of each export and quantization timing."""
     determinism_steps: int
     """Training steps per run of :func:`determinism_check`."""
+    teacher_lr: float = 1e-2
+    """Peak learning rate of the character model (linear decay to 0)."""
+    graphs_steps: int = 30
+    """Timed training steps per mode of :func:`cuda_graphs_speedup`."""
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if not isinstance(value, int) or value < 1:
+            if field.name == "teacher_lr":
+                if not (isinstance(value, float) and 0 < value < 1):
+                    raise ValueError(f"teacher_lr must be a float in (0, 1), not {value!r}")
+            elif not isinstance(value, int) or value < 1:
                 raise ValueError(f"{field.name} must be a positive int, not {value!r}")
 
 
@@ -653,13 +912,16 @@ def tool_sizes(on_gpu: bool, toy: bool) -> ToolSizes:
     Else the CPU sizes (export and quantization run on the CPU on every machine: ONNX Runtime and dynamic int8 are
     CPU paths here; the model only needs to be trained enough that its held-out loss means something), with a
     compiler input that fills a GPU's memory bandwidth (64 MB, far above its caches) when ``on_gpu``. The
+    character model: 220 steps of 8 x 64 characters at a peak learning rate of 1e-2; when this was set (shared
+    2-core CPU, one thread) that took 6.5 s and reached a held-out loss of 2.54 nats per character, against 3.35 for
+    the training set's character frequencies (:func:`gpuformer_lib.compression.unigram_loss`). The
     distillation's sizes are ``compression.translator_distillation_plan``'s."""
     if toy:
-        return ToolSizes(rows=64, width=128, compile_repeats=3, compile_number=5, teacher_steps=10, batch=8,
-                         timing_repeats=3, determinism_steps=3)
+        return ToolSizes(rows=64, width=128, compile_repeats=3, compile_number=5, teacher_steps=10, teacher_batch=8,
+                         batch=8, timing_repeats=3, determinism_steps=3, graphs_steps=2)
     rows, width = (4096, 4096) if on_gpu else (256, 512)
-    return ToolSizes(rows=rows, width=width, compile_repeats=7, compile_number=20, teacher_steps=60, batch=16,
-                     timing_repeats=7, determinism_steps=20)
+    return ToolSizes(rows=rows, width=width, compile_repeats=5, compile_number=20, teacher_steps=220,
+                     teacher_batch=8, batch=16, timing_repeats=5, determinism_steps=12)
 
 
 # --------------------------------------------------------------------------- weight-only quantization, predicted

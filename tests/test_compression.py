@@ -347,9 +347,27 @@ def test_translator_distillation_plan_and_one_call(prepared):
     tiny = C.TranslatorDistillationPlan(  # the quick plan's steps on tiny models
         _tiny_translator_config(prepared, 32), _tiny_translator_config(prepared, 16), teacher_steps=quick.teacher_steps,
         student_steps=quick.student_steps, batch_size=quick.batch_size, lr=quick.lr, temperature=quick.temperature,
-        alpha=quick.alpha, seeds=quick.seeds, val_pairs=16)
+        alpha=quick.alpha, seeds=quick.seeds, val_pairs=16, other_temperatures=quick.other_temperatures)
+    assert plan.other_temperatures == quick.other_temperatures == (2.0,) and plan.temperature == 1.0
     result = C.translator_distillation(prepared, tiny)
     assert result.teacher_steps == quick.teacher_steps and result.teacher_seconds > 0
     assert len(result.distilled_losses) == len(quick.seeds) and result.steps == quick.student_steps
+    [(t2, t2_losses)] = result.other_temperatures
+    assert t2 == 2.0 and len(t2_losses) == len(quick.seeds) and all(loss > 0 for loss in t2_losses)
+    assert result.helped_every_seed_at(2.0) == all(d < h for d, h in zip(t2_losses, result.hard_label_losses))
+    assert result.helped_every_seed_at(1.0) == result.helped_every_seed
+    with pytest.raises(ValueError, match="no run at T = 3"):
+        result.helped_every_seed_at(3.0)
+
+
+def test_unigram_loss_against_a_count_by_hand():
+    import math
+
+    train, heldout = torch.tensor([0, 0, 0, 1]), torch.tensor([0, 1])
+    assert C.unigram_loss(train, heldout) == pytest.approx(-(math.log(3 / 4) + math.log(1 / 4)) / 2)
+    with pytest.raises(ValueError, match="never occur"):
+        C.unigram_loss(train, torch.tensor([2]))
+    with pytest.raises(ValueError, match="1-D int64"):
+        C.unigram_loss(train.float(), heldout)
     with pytest.raises(TypeError, match="TranslatorDistillationPlan"):
         C.translator_distillation(prepared, plan={"teacher_steps": 1})

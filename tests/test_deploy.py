@@ -3,6 +3,7 @@ ONNX Runtime, each against eager PyTorch at two shapes (the dynamic batch and le
 where asked and never over an existing one, the latency result's arithmetic, and the clear errors (missing
 package, wrong ids, no CUDA provider on a CPU build)."""
 
+import os
 import sys
 
 import pytest
@@ -16,6 +17,12 @@ try:
     HAVE_ONNX = True
 except ImportError:
     HAVE_ONNX = False
+# requirements.txt lists onnx, onnxscript and onnxruntime and `make test` (CI's command) installs it: a missing
+# package is an error, never a silent skip of the ONNX Runtime-against-eager checks. Only an explicit
+# GPUFORMER_SKIP_ONNX=1 (a deliberately minimal local install) turns them into skips.
+if not HAVE_ONNX and not os.environ.get("GPUFORMER_SKIP_ONNX"):
+    raise ImportError("onnx, onnxscript or onnxruntime is missing: install requirements.txt (CI does), or set "
+                      "GPUFORMER_SKIP_ONNX=1 to skip the ONNX checks on purpose")
 needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="onnx, onnxscript and onnxruntime are not installed")
 
 VOCAB = 37

@@ -1,7 +1,10 @@
 """The course's Dockerfile keeps the habits that make an image reproducible and cheap to rebuild: a CUDA base image
 pinned by its full tag (never ``latest``), torch pinned to one version from one CUDA index, the requirements
 installed before the source is copied (so editing a notebook does not reinstall everything), a non-root user, no
-``ADD`` of a URL, JupyterLab on 8888, and ``make`` finding the environment. Docker itself cannot run here (no daemon,
+``ADD`` of a URL, JupyterLab on 8888, and ``make`` finding the environment; the torch/CUDA-index pair is one PyTorch
+builds (``toolchain.PYTORCH_CUDA_INDEXES``), the base image has ``nvcc`` (chapter 2 compiles CUDA C), and the
+project folder is created and given to the user before ``USER`` (``WORKDIR`` alone makes it root's on some
+builders). Docker itself cannot run here (no daemon,
 no registry), so these checks read the file; each rule is also tested on a bad Dockerfile it must reject."""
 
 import re
@@ -53,6 +56,27 @@ def problems(text: str) -> list[str]:
     users = [a for k, a in steps if k == "USER"]
     if not users or users[-1] in ("root", "0"):
         found.append("the image runs as root: add a user and USER it")
+    cuda_tag = args.get("TORCH_CUDA", "")
+    if cuda_tag:
+        from gpuformer_lib.toolchain import PYTORCH_CUDA_INDEXES
+
+        if cuda_tag not in PYTORCH_CUDA_INDEXES:
+            found.append(f"PyTorch publishes no {cuda_tag} index: pip would find no torch there")
+        elif re.fullmatch(r"\d+\.\d+\.\d+", torch_pin):
+            newest = tuple(map(int, PYTORCH_CUDA_INDEXES[cuda_tag][1].split(".")))
+            if tuple(map(int, torch_pin.split(".")[:2])) > newest:
+                found.append(f"torch {torch_pin} is not built for {cuda_tag} (its newest torch is "
+                             f"{PYTORCH_CUDA_INDEXES[cuda_tag][1]})")
+    if "-devel-" not in tag:
+        found.append("the base image has no nvcc (a runtime/base image): chapter 2 cannot compile its CUDA C kernel")
+    user_at = max((i for i, (k, a) in enumerate(steps) if k == "USER"), default=None)
+    workdirs = [(i, a) for i, (k, a) in enumerate(steps) if k == "WORKDIR"]
+    if user_at is not None and workdirs:
+        folder = workdirs[-1][1]
+        owned = any(k == "RUN" and i < user_at and "chown" in a and folder in a for i, (k, a) in enumerate(steps))
+        if not owned:
+            found.append(f"WORKDIR {folder} is not created and chowned to the user before USER: on the classic "
+                         "builder, Podman or kaniko it stays root's and pip install -e . cannot write there")
     if any(k == "ADD" and re.search(r"https?://", a) for k, a in steps):
         found.append("ADD of a URL: download with a checked RUN instead")
     if not any(k == "EXPOSE" and "8888" in a.split() for k, a in steps):
@@ -84,11 +108,13 @@ def test_the_build_context_leaves_out_the_host_environment_and_data():
         assert path in ignored
 
 
-GOOD = """FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+GOOD = """FROM nvidia/cuda:12.6.3-devel-ubuntu24.04
 ARG TORCH_VERSION=2.13.0
-RUN useradd learner
+ARG TORCH_CUDA=cu126
+RUN useradd learner && mkdir -p /home/learner/app && chown learner:learner /home/learner/app
+WORKDIR /home/learner/app
 USER learner
-RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cu128
+RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/${TORCH_CUDA}
 COPY requirements.txt ./
 RUN pip install \\
     -r requirements.txt
@@ -98,11 +124,15 @@ EXPOSE 8888
 
 
 @pytest.mark.parametrize("change, words", [
-    (("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04", "nvidia/cuda:latest"), "not pinned"),
-    (("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04", "nvidia/cuda:12-runtime"), "not pinned"),
-    (("nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04", "python:3.12"), "CUDA base image"),
+    (("nvidia/cuda:12.6.3-devel-ubuntu24.04", "nvidia/cuda:latest"), "not pinned"),
+    (("nvidia/cuda:12.6.3-devel-ubuntu24.04", "nvidia/cuda:12-runtime"), "not pinned"),
+    (("nvidia/cuda:12.6.3-devel-ubuntu24.04", "python:3.12"), "CUDA base image"),
     (("TORCH_VERSION=2.13.0", "TORCH_VERSION=latest"), "torch is not pinned"),
-    (("--index-url https://download.pytorch.org/whl/cu128", ""), "PyTorch index"),
+    (("--index-url https://download.pytorch.org/whl/${TORCH_CUDA}", ""), "PyTorch index"),
+    (("TORCH_CUDA=cu126", "TORCH_CUDA=cu122"), "publishes no cu122"),
+    (("TORCH_CUDA=cu126", "TORCH_CUDA=cu124"), "not built for cu124"),
+    (("12.6.3-devel-ubuntu24.04", "12.6.3-runtime-ubuntu24.04"), "no nvcc"),
+    ((" && mkdir -p /home/learner/app && chown learner:learner /home/learner/app", ""), "not created and chowned"),
     (("COPY requirements.txt ./\nRUN pip install \\\n    -r requirements.txt\nCOPY . .",
       "COPY . .\nRUN pip install -r requirements.txt"), "before the source"),
     (("USER learner", "USER root"), "root"),

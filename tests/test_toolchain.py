@@ -55,14 +55,47 @@ def test_healthy_reports_have_no_problem():
 
 def test_cpu_wheel_on_a_gpu_machine():
     [line] = tc.diagnose_stack(cpu_report(driver="550.54.15", driver_cuda="12.4", driver_gpus=2))
-    assert line.startswith("problem:") and "CPU-only" in line and "2 GPU(s)" in line and "cu124" in line
+    assert line.startswith("problem:") and "CPU-only" in line and "2 GPU(s)" in line and "whl/cu124" in line
+    assert "torch 2.6" in line and line.index("update the NVIDIA driver") < line.index("whl/cu124")
+    [line] = tc.diagnose_stack(cpu_report(driver="535.1", driver_cuda="12.2", driver_gpus=1))
+    assert "whl/cu121" in line and "cu122" not in line  # PyTorch never published a cu122 index
+
+
+def test_wheel_index_names_only_published_tags():
+    assert tc.wheel_index_for_driver("12.4") == ("cu124", "2.6")
+    assert tc.wheel_index_for_driver("12.5") == ("cu124", "2.6")  # no cu125: the newest tag below it
+    assert tc.wheel_index_for_driver("13.1")[0] == "cu130"
+    assert tc.wheel_index_for_driver("11.4") is None and tc.wheel_index_for_driver(None) is None
+    assert not {"cu122", "cu123", "cu125", "cu127"} & set(tc.PYTORCH_CUDA_INDEXES)
+    for tag, ((major, minor), newest) in tc.PYTORCH_CUDA_INDEXES.items():
+        assert tag == f"cu{major}{minor}" and newest.startswith("2.")
+
+
+def test_a_wheel_without_the_gpus_architecture():
+    cu126 = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")
+    [line] = tc.diagnose_stack(cuda_report(gpu_capability="12.0", arch_list=cu126))
+    assert "no kernel image is available" in line and "12.0" in line
+    assert tc.diagnose_stack(cuda_report(gpu_capability="8.9", arch_list=cu126)) == []  # sm_86 cubin runs on 8.9
+    assert tc.arch_supported("12.0", ("sm_90", "compute_90"))  # PTX: the driver compiles it for newer GPUs
+    assert not tc.arch_supported("9.1", ("sm_90a",)) and tc.arch_supported("9.0", ("sm_90a",))
+    assert not tc.arch_supported("7.5", ("sm_80", "sm_90"))  # an old GPU, a wheel that dropped it
+    with pytest.raises(ValueError, match="capability"):
+        tc.arch_supported("Turing", cu126)
+
+
+def test_system_cuda_libraries_shadowing_the_wheels(tmp_path):
+    (tmp_path / "libcudnn.so.8").write_bytes(b"")
+    assert tc._shadowing_libraries(f"{tmp_path}:/nonexistent") == (str(tmp_path),)
+    [line] = tc.diagnose_stack(cuda_report(shadowing_libraries=(str(tmp_path),)))
+    assert "LD_LIBRARY_PATH" in line and "undefined symbol" in line
 
 
 def test_driver_older_than_the_runtime():
     [minor] = tc.diagnose_stack(cuda_report(driver_cuda="12.2"))
     assert "12.8" in minor and "12.2" in minor and "minor-version" in minor and "PTX" in minor
+    assert "TRITON_PTXAS_PATH" in minor and "device kernel image is invalid" in minor and "whl/cu121" in minor
     [major] = tc.diagnose_stack(cuda_report(driver_cuda="11.8", gpu_usable=False, gpu_name=None))
-    assert "older major version" in major and "is_available() is False" in major
+    assert "older major version" in major and "is_available() is False" in major and "too old" in major
 
 
 def test_cuda_wheel_without_a_usable_gpu():
@@ -82,8 +115,11 @@ def test_rocm_and_mps_get_notes_not_problems():
     [rocm] = tc.diagnose_stack(cpu_report(build="ROCm (HIP)", hip_runtime="6.4", nccl="2.26.6", gpu_usable=True,
                                           gpu_name="AMD Instinct MI300X"))
     assert rocm.startswith("note:") and "torch.cuda" in rocm and "MIOpen" in rocm and "TF32" in rocm
+    rows = dict((r[0], r[1]) for r in cpu_report(build="ROCm (HIP)", hip_runtime="6.4", cudnn=30400).rows())
+    assert "cuDNN / MIOpen" in rows and "cuDNN" not in rows
     [mps] = tc.diagnose_stack(cpu_report(build="MPS", mps_available=True))
     assert mps.startswith("note:") and "device='mps'" in mps and "not available" not in mps
+    assert "torch.mps.Event" in mps and "set_per_process_memory_fraction" in mps and "memory caps" not in mps
     [mps_off] = tc.diagnose_stack(cpu_report(build="MPS"))
     assert "not available here" in mps_off
 
@@ -168,6 +204,21 @@ def test_compile_cost_times_both_paths_and_agrees_with_its_parts():
         tc.compile_cost(without_a_break, x, repeats=0)
 
 
+def test_cuda_graphs_speedup_refuses_a_cpu_and_rehearses_the_loop(monkeypatch):
+    from gpuformer_lib.compression import demo_config
+
+    config = dataclasses.replace(demo_config(16, d_model=16, n_layers=1), max_len=8)
+    monkeypatch.delenv("GPUFORMER_REHEARSE", raising=False)
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        tc.cuda_graphs_speedup(config, "cpu")
+    with pytest.raises(TypeError, match="TransformerConfig"):
+        tc.cuda_graphs_speedup(None, "cuda")
+    monkeypatch.setenv("GPUFORMER_REHEARSE", "t4")
+    result = tc.cuda_graphs_speedup(config, "cpu", steps=2, batch=2, seq=8, warmup=1)
+    assert result.rehearsed and result.steps == 2 and result.compiled_step_s > 0 and result.graphed_step_s > 0
+    assert result.speedup == pytest.approx(result.compiled_step_s / result.graphed_step_s)
+
+
 def test_cuda_graphs_are_refused_on_a_plain_cpu_and_skipped_in_rehearsal(monkeypatch):
     model = torch.nn.Linear(4, 4)
     monkeypatch.delenv("GPUFORMER_REHEARSE", raising=False)
@@ -187,7 +238,9 @@ def test_deterministic_switches_are_set_inside_and_put_back():
     try:
         with tc.deterministic_algorithms():
             assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
-            assert torch.backends.cudnn.deterministic and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+            assert torch.backends.cudnn.deterministic
+            # not set late: cuBLAS reads it only when CUDA starts (enable_reproducible_cublas does it in time)
+            assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == before[3]
             with pytest.raises(RuntimeError, match="does not have a deterministic implementation"):
                 torch.zeros(3).put_(torch.tensor([0, 0]), torch.ones(2))  # two writes to one place: which wins?
         assert torch.backends.cudnn.benchmark  # put back
@@ -203,6 +256,17 @@ def test_deterministic_switches_are_set_inside_and_put_back():
         torch.backends.cudnn.benchmark = before[1]
 
 
+def test_reproducible_cublas_is_set_only_before_cuda_starts(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(tc, "_cublas_set_before_cuda", None)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)  # CUDA already started: too late
+    assert tc.enable_reproducible_cublas() is False and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    assert tc.cublas_config_before_cuda() is False
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert tc.enable_reproducible_cublas() is True and os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert tc.cublas_config_before_cuda() is True
+
+
 def test_determinism_check_runs_the_same_training_twice_in_each_mode():
     result = tc.determinism_check(steps=3, batch=2, seq=8)
     assert result.nondeterministic_ops == ()  # every op of this model has a deterministic CPU kernel
@@ -211,6 +275,7 @@ def test_determinism_check_runs_the_same_training_twice_in_each_mode():
     assert result.step_s_default > 0 and result.step_s_deterministic > 0
     assert result.cost == pytest.approx(result.step_s_deterministic / result.step_s_default)
     assert not torch.are_deterministic_algorithms_enabled()
+    assert result.cublas_config_before_cuda is None  # a CPU run: cuBLAS plays no part
     with pytest.raises(ValueError, match="steps"):
         tc.determinism_check(steps=1)
 

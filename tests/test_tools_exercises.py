@@ -45,15 +45,20 @@ def test_graph_break_check_rejects_the_break_and_wrong_outputs_and_passes_torch_
 
 
 def test_wheel_for_driver_hints():
-    assert check_wheel_for_driver("https://download.pytorch.org/whl/cu124")
-    assert check_wheel_for_driver("https://download.pytorch.org/whl/cu121/")
+    best = check_wheel_for_driver("https://download.pytorch.org/whl/cu124")
+    assert best and "newest tag it runs" in best.message and "2.6" in best.message
+    older = check_wheel_for_driver("https://download.pytorch.org/whl/cu121/")
+    assert older and "pin" in older.message and "cu124 is the newest" in older.message
     assert "already has" in check_wheel_for_driver("https://download.pytorch.org/whl/cpu").message
     newer = check_wheel_for_driver("https://download.pytorch.org/whl/cu128")
-    assert not newer and "PTX" in newer.message
+    assert not newer and "PTX" in newer.message and "cu124" in newer.message
     major = check_wheel_for_driver("https://download.pytorch.org/whl/cu130")
     assert not major and "too old" in major.message
-    older = check_wheel_for_driver("https://download.pytorch.org/whl/cu118")
-    assert older and "older major version" in older.message
+    old_major = check_wheel_for_driver("https://download.pytorch.org/whl/cu118")
+    assert old_major and "2.7" in old_major.message
+    for never_published in ("cu122", "cu123", "cu125"):  # match the URL pattern, but PyTorch has no such index
+        wrong = check_wheel_for_driver(f"https://download.pytorch.org/whl/{never_published}")
+        assert not wrong and "publishes no" in wrong.message and "cu124" in wrong.message
     assert "AMD" in check_wheel_for_driver("https://download.pytorch.org/whl/rocm6.4").message
     assert "<build>" in check_wheel_for_driver("pip install torch-gpu").message
     assert not check_wheel_for_driver(124)

@@ -6,8 +6,8 @@
 - :func:`check_graph_break_fixed`: diagnosis; a function whose Python ``if`` on a tensor's value splits it into
   two graphs, rewritten so that ``toolchain.graph_breaks`` finds one graph and no break, with the same outputs.
 - :func:`check_wheel_for_driver`: diagnosis; a stack report that shows a CPU-only wheel on a machine whose driver
-  supports CUDA 12.4: the PyTorch index URL that gives a working GPU build (any CUDA wheel no newer than the
-  driver's CUDA), with a hint per wrong kind of answer.
+  supports CUDA 12.4: the PyTorch index URL that gives a working GPU build (a tag PyTorch publishes,
+  ``toolchain.PYTORCH_CUDA_INDEXES``, no newer than the driver's CUDA), with a hint per wrong kind of answer.
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ _INDEX = re.compile(r"^https://download\.pytorch\.org/whl/(cpu|cu(\d\d)(\d)|rocm
 @_safe_check
 def check_wheel_for_driver(index_url, *, driver_cuda: str = "12.4") -> CheckResult:
     """``index_url``: the ``--index-url`` for ``pip install torch`` on the machine of the exercise: a CPU-only wheel
-    installed, an NVIDIA driver that supports CUDA up to ``driver_cuda``. Any CUDA wheel no newer than the driver's
-    CUDA passes (an older major version with a note)."""
+    installed, an NVIDIA driver that supports CUDA up to ``driver_cuda``. A published tag (cu124, not cu122) no
+    newer than the driver's CUDA passes; an older one than the newest that fits passes with a note to pin its
+    (older) newest torch."""
     major, minor = (int(p) for p in driver_cuda.split(".")[:2])
     if not isinstance(index_url, str):
         return _report(False, f"Answer with the index URL as a string, e.g. 'https://download.pytorch.org/whl/cpu', "
@@ -109,22 +110,32 @@ def check_wheel_for_driver(index_url, *, driver_cuda: str = "12.4") -> CheckResu
                               "GPU the driver reports. Pick a CUDA build.")
     if build.startswith("rocm"):
         return _report(False, "ROCm builds are for AMD GPUs; the driver in this report is NVIDIA's (NVML answers).")
-    wheel = (int(m.group(2)), int(m.group(3)))
+    from gpuformer_lib.toolchain import PYTORCH_CUDA_INDEXES, wheel_index_for_driver
+
+    best = wheel_index_for_driver(driver_cuda)
+    best_words = (f"{best[0]} (torch {best[1]} is the newest release built for it)" if best else
+                  "none: update the driver")
+    if build not in PYTORCH_CUDA_INDEXES:
+        return _report(False, f"PyTorch publishes no {build} index: pip would find no torch there. The CUDA tags it "
+                              f"publishes are {', '.join(PYTORCH_CUDA_INDEXES)}; the newest this driver runs is "
+                              f"{best_words}.")
+    wheel, newest = PYTORCH_CUDA_INDEXES[build]
     if wheel[0] > major:
-        return _report(False, f"{build} is CUDA {wheel[0]}.x, a newer major version than the driver's CUDA "
-                              f"{driver_cuda}: the driver is too old to run it (torch.cuda.is_available() would be "
-                              "False). Choose a wheel no newer than the driver's CUDA, or update the driver.")
-    if wheel[0] < major:
-        return _report(True, f"{build} ships CUDA {wheel[0]}.{wheel[1]}, an older major version than the driver's "
-                             f"{driver_cuda}: a driver runs older CUDA versions, so this works, if the PyTorch "
-                             f"version you want is still built for it. cu{major}{minor} would give the newest "
-                             "kernels this driver can run.")
-    if wheel[1] > minor:
+        return _report(False, f"{build} is CUDA {wheel[0]}.{wheel[1]}, a newer major version than the driver's CUDA "
+                              f"{driver_cuda}: torch would say \"The NVIDIA driver on your system is too old\" and "
+                              f"run on the CPU. Update the driver, or choose {best_words}.")
+    if wheel[0] == major and wheel[1] > minor:
         return _report(False, f"{build} ships CUDA {wheel[0]}.{wheel[1]}, newer than the {driver_cuda} the driver "
-                              "supports: most kernels would run (minor-version compatibility) but PTX compiled for "
-                              "the newer runtime, such as torch.compile's Triton kernels, would fail to load. Choose "
-                              f"a wheel no newer than cu{major}{minor}, or update the driver.")
-    return _report(True, f"{build}: a CUDA {wheel[0]}.{wheel[1]} wheel on a driver that supports {driver_cuda}. The "
-                         "wheel brings its own CUDA runtime, cuBLAS, cuDNN and NCCL; the driver is the only NVIDIA "
-                         "piece the machine needs, and it must be at least as new as the wheel's CUDA. No CUDA "
-                         "toolkit install, no LD_LIBRARY_PATH.")
+                              "supports: its prebuilt kernels would mostly run (minor-version compatibility), but "
+                              "PTX the driver must compile would not. Update the driver, or choose "
+                              f"{best_words}.")
+    if best and build != best[0]:
+        return _report(True, f"{build} (CUDA {wheel[0]}.{wheel[1]}) runs on this driver, but its newest torch is "
+                             f"{newest}: pin it (pip install 'torch=={newest}.*' ...), or pip quietly installs that "
+                             f"old release. {best[0]} is the newest tag this driver runs.")
+    return _report(True, f"{build}: CUDA {wheel[0]}.{wheel[1]} on a driver that supports {driver_cuda}, the newest "
+                         f"tag it runs; torch {newest} is the newest release built for it, so pin "
+                         f"'torch=={newest}.*' (a newer torch is not on this index). The wheel pulls in its own CUDA "
+                         "runtime, cuBLAS, cuDNN and NCCL as nvidia-* pip packages; the driver is the only NVIDIA "
+                         "piece the machine needs. Updating the driver is the other fix, and the one that keeps "
+                         "new torch releases within reach.")
