@@ -113,6 +113,11 @@ def test_quantization_and_distillation_words_follow_the_values(cells):
     g = pages.glued(cells)
     text = pages.outputs(cells)
     assert g["int8_words"] in _ratio_word(float(g["int8_speedup"].rstrip("x")))
+    ms = dict(re.findall(r"^(float32|torch dynamic int8|Int8Linear \(ours\))\s+[\d.]+ MiB\s+([\d.]+) ms", text, re.M))
+    ours = float(ms["Int8Linear (ours)"])
+    assert g["own_words"] in _ratio_word(float(ms["float32"]) / ours)
+    assert g["own_torch_words"] == ("slower than" if float(ms["torch dynamic int8"]) / ours <= 1 / 1.1
+                                    else "not slower than") or abs(float(ms["torch dynamic int8"]) / ours - 1 / 1.1) < 0.01
     pattern = r"^(float32|torch dynamic int8)\s+([\d.]+) MiB\s+[\d.]+ ms\s+([\d.]+)$"
     rows = {name: (float(mib), float(loss)) for name, mib, loss in re.findall(pattern, text, re.M)}
     assert abs(rows["float32"][0] / rows["torch dynamic int8"][0] - float(g["size_ratio"].rstrip("x"))) < 0.05
