@@ -59,6 +59,51 @@ def test_an_unwritable_log_loses_the_grade_not_the_run(tmp_path, monkeypatch, ca
     assert "could not be recorded" in capsys.readouterr().err
 
 
+def test_a_learner_calling_the_writer_records_nothing(tmp_path, monkeypatch):
+    from gpuformer_lib.exercises import _core
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(GRADE_LOG_ENV, str(log))
+    with pytest.raises(PermissionError, match="only a check"):
+        _core._record("check_speedup", _core.CheckResult(True, "forged"))
+    assert not log.exists()
+
+
+def test_a_time_out_is_a_field_of_the_log_line(tmp_path, monkeypatch):
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(GRADE_LOG_ENV, str(log))
+    monkeypatch.setenv("GPUFORMER_CHECK_TIME_LIMIT", "0.2")
+
+    def endless(m, n, k):
+        while True:
+            pass
+
+    check_matmul_flops(endless)
+    check_matmul_flops(lambda m, n, k: 0)
+    assert [json.loads(line)["timed_out"] for line in log.read_text().splitlines()] == [True, False]
+
+
+# the three routes to a forged pass found in review 18, each in a cell of its own
+FORGERIES = [
+    "from gpuformer_lib.exercises._core import _record, CheckResult\n_record('check_speedup', CheckResult(True, 'x'))",
+    "import os\nexec(compile(\"import io; io.open(os.environ['X'], 'a').write('...')\", "
+    "'/course/gpuformer_lib/exercises/_core.py', 'exec'))",
+    "from gpuformer_lib.exercises import CheckResult, predictions\n"
+    "predictions._report = lambda ok, msg: CheckResult(True, msg)\ncheck_speedup(speedup)",
+]
+
+
+def test_every_known_forgery_is_flagged_and_no_course_notebook_is():
+    assert grade.suspicious(["x = 1", *FORGERIES]) == [
+        "cell 2: _record", "cell 3: compile(, exec(", "cell 4: _report, assigns to predictions._report"]
+    assert grade.suspicious(["import gpuformer_lib.exercises.timing as t\nt.check_speedup = print"]) == [
+        "cell 1: assigns to t.check_speedup"]
+    assert grade.suspicious(["from gpuformer_lib import exercises", "setattr(exercises.timing, 'x', 1)"]) == [
+        "cell 2: setattr on exercises.timing"]
+    for path in notebook_paths():  # torch.compile(...), %time and the solutions are not suspicious
+        nb = nbformat.read(path, as_version=4)
+        assert grade.suspicious([c.source if c.cell_type == "code" else "" for c in nb.cells]) == [], path.name
+
+
 # --------------------------------------------------------------------------- the audit hook, in a bare Python
 
 
@@ -92,6 +137,9 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
             "program": attempt(0, lambda: subprocess.run(["true"])),
             "a compiler, not from torch": attempt(0, lambda: subprocess.run(["cc", "--version"])),
             "python child": attempt(0, lambda: subprocess.run([sys.executable, "-c", "open({str(tmp_path / 'c.txt')!r}, 'w')"])),
+            "a shell through torch": attempt(0, lambda: __import__("torch.utils.collect_env").utils.collect_env.run(
+                "echo x > {str(tmp_path / 'torch-shell.txt')}")),
+            "shell=True": attempt(0, lambda: subprocess.run("cc --version", shell=True)),
         }}))
     """)
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -102,6 +150,25 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
     assert not (tmp_path / "c.txt").exists()
     assert got == dict.fromkeys(got, "refused"), got
     assert not (tmp_path / "outside.txt").exists() and not (tmp_path / "o2.txt").exists()
+    assert not (tmp_path / "torch-shell.txt").exists()
+
+
+def test_a_locked_file_system_stops_what_the_hook_cannot_see(tmp_path):
+    """Below the audit hook: a shell started with the hook bypassed (as code below Python could) still cannot
+    write outside the job folder once the worker's mount namespace is locked."""
+    if not grade.netns_available() or not grade.filesystem_lock_available(tmp_path):
+        pytest.skip("this system does not let an unprivileged user create mount namespaces (unshare --mount)")
+    job = tmp_path / "job"
+    job.mkdir()
+    script = ("import subprocess, sys; from pathlib import Path; "
+              "from gpuformer_lib.tools.fslock import lock_filesystem; "
+              "assert lock_filesystem([Path(sys.argv[1])]) is None; "
+              "subprocess.run(['sh', '-c', 'echo x > ' + sys.argv[1] + '/in.txt; echo x > ' + sys.argv[2]])")
+    done = subprocess.run([*grade.NETNS, "--mount", sys.executable, "-c", script, str(job), str(tmp_path / "out.txt")],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert (job / "in.txt").is_file() and not (tmp_path / "out.txt").exists()
+    assert "Read-only file system" in done.stderr
 
 
 # --------------------------------------------------------------------------- statuses from a run
@@ -119,7 +186,8 @@ def test_the_grade_is_the_last_cell_that_called_the_check():
     assert status(entry(False, 0), entry(True, 1), entry(True, 2))[0] == grade.PASSED
     assert status(entry(True, 0), entry(False, 1, "❌ hint"), entry(True, 2)) == (grade.FAILED, "❌ hint (cell 3)")
     assert status(entry(True, 0), entry(True, 2))[0] == grade.PASSED  # the first line of the log counts for cell 2
-    assert status(entry(False, 1, "did not return within 10 s"))[0] == grade.TIMED_OUT
+    assert status({**entry(False, 1, "did not return within 10 s"), "timed_out": True})[0] == grade.TIMED_OUT
+    assert status(entry(False, 1, "did not return within 10 s"))[0] == grade.FAILED  # the field, not the text
     assert status()[0] == grade.DID_NOT_RUN and "reported no result" in status()[1]
     assert grade.exercise_status("check_b", sub, {"cells": cells, "checks": []})[1].startswith("no cell")
 
@@ -186,13 +254,18 @@ def graded(tmp_path_factory):
         "evil": [IMPORTS, f"open({str(outside)!r}, 'w').write('gotcha')\n" + SOLUTIONS[0],
                  "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)\n" + SOLUTIONS[1],
                  "import json, os\nline = dict(check='check_training_state_prediction', passed=True, message='forged')\n"
-                 "open(os.environ['GPUFORMER_GRADE_LOG'], 'a').write(json.dumps(line) + '\\n')\n" + STUBS[2]],
+                 "open(os.environ['GPUFORMER_GRADE_LOG'], 'a').write(json.dumps(line) + '\\n')\n" + STUBS[2],
+                 "from gpuformer_lib.exercises._core import _record, CheckResult\n"
+                 "_record('check_training_state_prediction', CheckResult(True, 'forged'))"],
     }
     for name, cells in class_.items():
         folder = subs / name
         folder.mkdir(parents=True)
         nbformat.write(notebook(cells), folder / ("my lab.ipynb" if name == "renamed" else TINY))
     nbformat.write(notebook(answered()), subs / "flat.ipynb")  # the flat layout: <student>.ipynb
+    (subs / "good" / "0 old").mkdir()  # an untouched copy matched by file name only, written last: not graded
+    nbformat.write(notebook([IMPORTS, *STUBS], source=None), subs / "good" / "0 old" / TINY)
+    (subs / ".DS_Store").write_text("")
     (subs / "broken").mkdir()
     (subs / "broken" / TINY).write_text('{"cells": [')  # saved half-way
     (subs / "zed.ipynb").write_bytes(b"\x89PNG not a notebook")  # flat, unreadable, its chapter unknown
@@ -217,12 +290,22 @@ def hints(graded, student_name):
 def test_the_csv_has_a_row_per_student_a_column_per_exercise_and_a_total(graded):
     with (graded["out"] / "grades.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["student", *(f"01:{c}" for c in EXERCISES), "total", "out_of"]
+    assert list(rows[0]) == ["student", *(f"01:{c}" for c in EXERCISES), "total", "out_of", "flags"]
     totals = {row["student"]: int(row["total"]) for row in rows}
     assert totals == {"broken": 0, "deleted": 1, "evil": 0, "exits": 0, "flat": 3, "good": 3, "loop": 1,
                       "renamed": 3, "zed": 0}
     assert all(row["out_of"] == "3" and row["total"] == str(list(row.values()).count("passed")) for row in rows)
     assert graded["subs_unchanged"]  # the submissions were copied, never written
+    flags = {row["student"]: row["flags"] for row in rows if row["flags"]}
+    assert flags == {"evil": "01 cell 4: the grading log; 01 cell 5: _record"}, flags
+
+
+def test_a_duplicate_is_decided_by_how_it_matched_not_by_its_time(graded):
+    assert statuses(graded, "good") == [grade.PASSED] * 3  # the metadata match, not the newer untouched copy
+    feedback = (graded["out"] / "feedback" / "good.md").read_text()
+    assert ("`good/01_tiny.ipynb` and `good/0 old/01_tiny.ipynb` are both 01_tiny.ipynb: `good/01_tiny.ipynb` is "
+            "graded (matched by the metadata of the student copy; `good/0 old/01_tiny.ipynb` by its file name"
+            ) in feedback
 
 
 def test_a_renamed_notebook_is_matched_by_its_metadata_and_its_huge_output_capped(graded):
@@ -258,12 +341,15 @@ def test_sys_exit_and_a_killed_kernel_are_crashes_and_the_rest_did_not_run(grade
     assert "SystemExit" in exit_hint and "kernel died in cell 3" in killed and "the kernel died in cell 3" in after
 
 
-def test_writes_outside_connects_and_a_forged_pass_are_refused(graded):
+def test_writes_outside_connects_and_a_forged_pass_are_refused_and_flagged(graded):
     assert statuses(graded, "evil") == [grade.CRASHED, grade.CRASHED, grade.CRASHED]
     assert all("PermissionError: graded run" in hint for hint in hints(graded, "evil")), hints(graded, "evil")
     assert not graded["outside"].exists()
     log = graded["out"] / "work" / "evil" / "01_tiny" / "checks.jsonl"
     assert "forged" not in log.read_text()
+    feedback = (graded["out"] / "feedback" / "evil.md").read_text()
+    assert "**Review by hand** before trusting this grade" in feedback and "01 cell 5: _record" in feedback
+    assert "Review by hand" not in (graded["out"] / "feedback" / "good.md").read_text()
 
 
 def test_the_feedback_gives_each_status_and_hint(graded):
@@ -271,6 +357,46 @@ def test_the_feedback_gives_each_status_and_hint(graded):
     assert feedback.startswith("# Feedback for loop") and "**1 of 3 exercises passed.**" in feedback
     assert "- **check_speedup**: timed out. ❌ Not yet. Your function did not return within 2 s" in feedback
     assert "cell 2 ran past its time limit (15 s)" in feedback
+
+
+def test_two_entries_that_would_be_one_student_are_refused_naming_both(tmp_path):
+    for a, b in (("John Smith", "John_Smith"), ("ada", "ada.ipynb"), ("Ada", "ada"), ("Jose\u0301", "Jos\u00e9")):
+        subs = tmp_path / f"{a}-{b}".replace("/", "_")
+        for name in (a, b):
+            (subs / name).parent.mkdir(parents=True, exist_ok=True)
+            if name.endswith(".ipynb"):
+                (subs / name).write_text("{}")
+            else:
+                (subs / name).mkdir()
+        if len({p.name for p in subs.iterdir()}) < 2:
+            continue  # a file system that folds case or normalises names holds only one of them anyway
+        with pytest.raises(grade.GradingRefused, match="would both be graded as the student") as refused:
+            grade.discover(subs)
+        assert f"`{a}`" in str(refused.value) or f"`{b}`" in str(refused.value)
+        assert sum(f"`{n}`" in str(refused.value) for n in {p.name for p in subs.iterdir()}) == 2
+
+
+def test_hidden_entries_are_listed_and_a_huge_file_is_not_read(tmp_path):
+    (tmp_path / "ann" / ".ipynb_checkpoints").mkdir(parents=True)
+    (tmp_path / "ann" / ".ipynb_checkpoints" / "01_tiny-checkpoint.ipynb").write_text("{}")
+    (tmp_path / "ann" / ".secret").mkdir()
+    (tmp_path / "ann" / ".secret" / "01_tiny.ipynb").write_text("{}")
+    (tmp_path / ".git").mkdir()
+    huge = tmp_path / "ann" / "01_tiny.ipynb"
+    with huge.open("wb") as f:
+        f.truncate(grade.MAX_SUBMISSION_BYTES + 1)  # sparse: nothing is written
+    skipped = []
+    assert grade.discover(tmp_path, skipped) == {"ann": [huge]}
+    assert skipped == [".git", "ann/.secret/01_tiny.ipynb"]
+    sub = grade.read_submission("ann", huge, [TINY])
+    assert "more than the 50 MB" in sub.problem and sub.course == TINY
+
+
+def test_a_failure_of_the_grader_itself_is_exit_code_1(tmp_path):
+    for student_name, stopped in (("ann", "the kernel died in cell 3"), ("bob", "the grader's worker failed (x)")):
+        (tmp_path / "work" / student_name / "01_tiny").mkdir(parents=True)
+        (tmp_path / "work" / student_name / "01_tiny" / "run.json").write_text(json.dumps({"stopped": stopped}))
+    assert grade.grader_failures(tmp_path) == ["bob/01_tiny: the grader's worker failed (x)"]
 
 
 def test_grades_are_never_written_inside_the_submissions_or_over_a_foreign_folder(tmp_path, capsys):
@@ -306,6 +432,15 @@ def test_student_copies_keep_every_exercise_check_and_each_has_a_solution():
 def test_make_student_writes_to_build_student():
     recipe = (REPO_ROOT / "Makefile").read_text().split("\nstudent:")[1].split("\n\n")[0]
     assert "gpuformer_lib.tools.student _build/student" in recipe
+
+
+def test_student_copies_get_the_data_files_their_notebooks_open(tmp_path):
+    """Chapter 10 opens traces/cpu-tiny-step.json beside it (exercise 10.1): the copies' folder has it."""
+    chapter10 = next(p for p in notebook_paths() if p.name.startswith("10_"))
+    assert student.main([str(tmp_path / "student"), str(chapter10)]) == 0
+    assert (tmp_path / "student" / "traces" / "cpu-tiny-step.json").read_bytes() == (
+        REPO_ROOT / "notebooks" / "traces" / "cpu-tiny-step.json").read_bytes()
+    assert student.main([str(tmp_path / "student"), str(chapter10)]) == 0  # again: the unedited copy is replaced
 
 
 def fill_in_solutions(instructor: nbformat.NotebookNode, copy: nbformat.NotebookNode) -> nbformat.NotebookNode:

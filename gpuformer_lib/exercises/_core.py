@@ -18,19 +18,24 @@ code goes through :func:`_try`, and every public ``check_*`` is wrapped by :func
 **The grading side channel.** When the environment variable ``GPUFORMER_GRADE_LOG`` names a file, every public
 check, once it has its result, appends one JSON line to that file (opened, written, flushed and closed at once,
 so a kernel that dies a moment later loses nothing): ``check`` (the public function's name, the exercise's
-stable id), ``passed``, ``message`` (what was printed, the hint included), ``time`` (UTC, ISO 8601),
-``execution_count`` (IPython's execution counter while the check ran, else null; for reading only: the grader
-attributes a line to the cell that was running when it was written) and ``pid``. A check called by another check
-is recorded once, as the outer one. ``make grade`` (:mod:`gpuformer_lib.tools.grade`) reads these lines instead
-of parsing printed text. Without the variable nothing is written and nothing else changes.
+stable id), ``passed``, ``message`` (what was printed, the hint included), ``timed_out`` (true when the check
+failed because the learner's function ran past the time limit), ``time`` (UTC, ISO 8601), ``execution_count``
+(IPython's execution counter while the check ran, else null; for reading only: the grader attributes a line to
+the cell that was running when it was written) and ``pid``. A check called by another check is recorded once,
+as the outer one. ``make grade`` (:mod:`gpuformer_lib.tools.grade`) reads these lines instead of parsing printed
+text. Without the variable nothing is written and nothing else changes.
 
-What the channel guarantees, and what it does not: a line is written only by this module's
-:func:`_record`, after a check has run. The learner's code runs in the same process, though, so nothing
-here can stop code that sets out to forge a pass (calling ``_record`` itself, replacing a check,
-writing to the file). The grader narrows this: the log lies outside the notebook's work folder, its
-sandbox refuses any other code opening it for writing, only names of real checks that the instructor's
-copy calls are counted, and a result is attributed to the cell that ran it. A pass in the log means a
-check reported it, unless the learner deliberately tampered with the library.
+**What the channel does not guarantee: a learner's own code can record any result.** The notebook runs the
+learner's code in the same Python process as the checks, so code that sets out to forge a pass can do it: call
+the writer itself, replace ``_report`` or a check, or write the file by other means (``exec`` of code compiled
+under this file's name, ``ctypes``). The guards here are cheap ones against casual forging: ``_record`` refuses
+a caller without a key held in the closure of :func:`_safe_check` (not a module global), the grader's sandbox
+refuses other code opening the log, and only names of real checks that the instructor's copy calls are counted,
+each attributed to the cell that ran it. What actually catches deliberate forging is a person: ``make grade``
+flags every cell that mentions the channel's internals, ``exec``/``compile``, ``ctypes`` or an audit hook, or
+assigns to an attribute of a ``gpuformer_lib.exercises`` module (a ``flags`` column in ``grades.csv``, "review by
+hand" in the feedback). So a grade is trustworthy for learners who are not trying to cheat, and a flagged cell
+must be read before the grade is trusted.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class _CheckState:
         self.name = name
         self.answered = False
         self.answer: Any = None
+        self.timed_out = False  # the learner's code ran past the time limit (recorded as ``timed_out``)
 
 
 _STATE: contextvars.ContextVar[_CheckState | None] = contextvars.ContextVar("gpuformer_check", default=None)
@@ -89,27 +95,6 @@ _STATE: contextvars.ContextVar[_CheckState | None] = contextvars.ContextVar("gpu
 
 def _state() -> _CheckState:
     return _STATE.get() or _CheckState("the check")
-
-
-def _safe_check(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
-    """Wrap a public ``check_*``: whatever the answer, it returns a :class:`CheckResult` instead of raising."""
-
-    @functools.wraps(check)
-    def guarded(*args: Any, **kwargs: Any) -> CheckResult:
-        outermost = _STATE.get() is None
-        state = _CheckState(check.__name__)
-        token = _STATE.set(state)
-        try:
-            result = check(*args, **kwargs)
-        except Exception as err:  # an answer of a kind the check did not foresee: a hint, not a traceback
-            result = _report(False, _unexpected_hint(check, state, args, err))
-        finally:
-            _STATE.reset(token)
-        if outermost:
-            _record(_public_name(check.__name__), result)
-        return result
-
-    return guarded
 
 
 GRADE_LOG_ENV = "GPUFORMER_GRADE_LOG"
@@ -139,21 +124,57 @@ def _execution_count() -> int | None:
     return count if isinstance(count, int) else None
 
 
-def _record(name: str, result: CheckResult) -> None:
-    """Append ``result`` of the check ``name`` to the grading log, if ``GPUFORMER_GRADE_LOG`` names one."""
-    path = os.environ.get(GRADE_LOG_ENV)
-    if not path:
-        return
-    line = json.dumps({"check": name, "passed": bool(getattr(result, "passed", False)),
-                       "message": str(getattr(result, "message", "")),
-                       "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-                       "execution_count": _execution_count(), "pid": os.getpid()}, ensure_ascii=False)
-    try:
-        with open(path, "a", encoding="utf-8") as log:
-            log.write(line + "\n")
-            log.flush()
-    except OSError as err:  # the grade is lost, the learner's run goes on
-        print(f"(the check's result could not be recorded in {GRADE_LOG_ENV}={path}: {err})", file=sys.stderr)
+def _grading_channel() -> tuple[Callable[..., None], Callable[[Callable[..., CheckResult]], Callable[..., Any]]]:
+    """``_record`` and ``_safe_check``, sharing a key that lives only in this closure: ``_record`` refuses a call
+    without it, so a learner's ``_record('check_x', CheckResult(True, ''))`` records nothing. (A cheap guard
+    against casual forging, not a boundary: the key can still be dug out of the closure; see the module docstring.)"""
+    key = object()
+
+    def _record(name: str, result: CheckResult, _key: object = None, timed_out: bool = False) -> None:
+        """Append ``result`` of the check ``name`` to the grading log, if ``GPUFORMER_GRADE_LOG`` names one."""
+        if _key is not key:
+            raise PermissionError("only a check (a function wrapped by _safe_check) records its result")
+        path = os.environ.get(GRADE_LOG_ENV)
+        if not path:
+            return
+        line = json.dumps({"check": name, "passed": bool(getattr(result, "passed", False)),
+                           "message": str(getattr(result, "message", "")), "timed_out": bool(timed_out),
+                           "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
+                           "execution_count": _execution_count(), "pid": os.getpid()}, ensure_ascii=False)
+        try:
+            with open(path, "a", encoding="utf-8") as log:
+                log.write(line + "\n")
+                log.flush()
+        except OSError as err:  # the grade is lost, the learner's run goes on
+            print(f"(the check's result could not be recorded in {GRADE_LOG_ENV}={path}: {err})", file=sys.stderr)
+
+    def _safe_check(check: Callable[..., CheckResult]) -> Callable[..., CheckResult]:
+        """Wrap a public ``check_*``: whatever the answer, it returns a :class:`CheckResult` instead of raising."""
+
+        @functools.wraps(check)
+        def guarded(*args: Any, **kwargs: Any) -> CheckResult:
+            outermost = _STATE.get() is None
+            state = _CheckState(check.__name__)
+            token = _STATE.set(state)
+            try:
+                result = check(*args, **kwargs)
+            except Exception as err:  # an answer of a kind the check did not foresee: a hint, not a traceback
+                result = _report(False, _unexpected_hint(check, state, args, err))
+            finally:
+                _STATE.reset(token)
+            if not outermost and state.timed_out:  # an inner check's time-out is the outer one's too
+                _state().timed_out = True
+            if outermost:
+                _record(_public_name(check.__name__), result, key,
+                        timed_out=state.timed_out and not getattr(result, "passed", False))
+            return result
+
+        return guarded
+
+    return _record, _safe_check
+
+
+_record, _safe_check = _grading_channel()
 
 
 def _unexpected_hint(check: Callable[..., Any], state: _CheckState, args: tuple, err: Exception) -> str:
@@ -197,6 +218,7 @@ def _try(fn: Callable[..., Any], *args: Any, expect: Callable[[Any], tuple[Any, 
     try:
         value = _call_with_time_limit(fn, copies, seconds)
     except _TimeLimitExceeded:
+        _state().timed_out = True
         return None, (f"Your function {_TIMED_OUT} {seconds:g} s: an endless loop? (On a slow machine, set the "
                       f"environment variable {TIME_LIMIT_ENV} to more seconds.)")
     except NotImplementedError as err:

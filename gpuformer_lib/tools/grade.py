@@ -4,27 +4,35 @@
 
 **The layout.** ``SUBMISSIONS`` holds one folder per student, named after the student, with their notebooks
 in it (subfolders are searched too; ``.ipynb_checkpoints`` and hidden files are skipped), and/or flat
-notebook files ``<student>.ipynb`` (one notebook per student). A submission is matched to its course
+notebook files ``<student>.ipynb`` (one notebook per student). Hidden entries are skipped and listed on
+stderr. Two entries that would be the same student (``John Smith/`` and ``John_Smith/``, ``ada/`` and
+``ada.ipynb``, ``Ada`` and ``ada``: compared NFC-normalised and case-insensitively) are refused, naming both,
+before anything is written. A file over 50 MB is not read. A submission is matched to its course
 notebook by the student copy's metadata (``gpuformer_student.source``, written by ``make student``), else by
 its file name, else by a chapter number in its name (``Copy of 06_losses (2).ipynb``), so a renamed notebook
-is still graded. The exercises of a course notebook are the ``check_*`` functions of
+is still graded. When a student has two files for one chapter, the one matched better is graded (metadata,
+then file name, then chapter number; between equals the first path in alphabetical order), never the one with
+the newer time stamp; the feedback names both. The exercises of a course notebook are the ``check_*`` functions of
 :mod:`gpuformer_lib.exercises` that its non-solution cells call, read from the instructor's copy
 (``--course``, default the course's ``notebooks/``); a column is ``<chapter>:<check name>``. The notebooks
 graded are those given with ``--notebooks`` (file names or chapter numbers), else every course notebook that
 some submission matched; a student without one gets "did not run" for its exercises.
 
 **How a notebook runs.** Each notebook runs in its own process (:mod:`gpuformer_lib.tools.sandbox`) on a
-copy in a fresh work folder (the submission is never opened for writing; the course folder's other files,
-such as recorded traces, are copied beside it), with a time limit per cell and per
+copy in a fresh work folder (the submission is never opened for writing; the course folder's data files,
+such as chapter 10's ``traces/``, are copied beside it, from the course's own ``notebooks/`` when ``--course``
+lacks them), with a time limit per cell and per
 notebook, on the CPU (``CUDA_VISIBLE_DEVICES`` empty, ``GPUFORMER_DEVICE=cpu``), with ``GPUFORMER_DATA``
-passed, proxy variables cleared, ``HOME`` and ``TMPDIR`` inside the work folder, in a network namespace with
-no network (``unshare``; where that is not allowed, a warning, and only the audit hook stands in), and under
-the sandbox's audit hook (what it refuses and what it cannot stop: see :mod:`gpuformer_lib.tools.sandbox`).
+passed, ``OMP_NUM_THREADS=1``, proxy variables cleared, ``HOME`` and ``TMPDIR`` inside the work folder, in a
+network namespace with no network and a mount namespace where everything outside the job's folder is read-only
+(``unshare``; where either is not allowed, a warning, and only the audit hook stands in), and under the
+sandbox's audit hook (what it refuses and what it cannot stop: see :mod:`gpuformer_lib.tools.sandbox`).
 Every check reports its result through the grading side channel (``GPUFORMER_GRADE_LOG``, see
 :mod:`gpuformer_lib.exercises._core`), so nothing printed is parsed.
 
-**The statuses.** Per exercise: ``passed``; ``failed`` (with the check's hint); ``timed out`` (the check said
-the learner's function did not return in time, or the cell calling it ran past the cell time limit); ``crashed``
+**The statuses.** Per exercise: ``passed``; ``failed`` (with the check's hint); ``timed out`` (the check's log
+line says ``timed_out``: the learner's function did not return in time; or the cell calling it ran past the cell
+time limit); ``crashed``
 (the cell calling the check raised, ``sys.exit`` included, or the kernel died in it); ``did not run`` (no cell
 of the submission calls the check, the cell never ran because the run ended before it, or it ran without the
 check reporting). Which cell calls which check is read from the submitted notebook's own cells, never from cell
@@ -32,12 +40,21 @@ positions, and each result is attributed to the cell that was running when the c
 exercise is its last result**: the results its check reported in the last cell that called it (one cell may call
 a check twice: it passes only if every call in that cell passed). ``total`` counts the passed exercises.
 
-**What it writes.** ``OUT/grades.csv`` (one row per student), ``OUT/feedback/<student>.md`` (each exercise's
+**Forged results.** The learner's code runs in the same process as the checks and can record any result (see
+:mod:`gpuformer_lib.exercises._core`). The grader flags every cell that mentions the grading channel's
+internals, ``exec``/``compile``/``eval``, ``ctypes`` or an audit hook, or assigns to an attribute of a
+``gpuformer_lib.exercises`` module (:func:`suspicious`): the ``flags`` column of ``grades.csv`` and a "review by
+hand" line in the feedback. A flagged row is not trustworthy until a person has read those cells.
+
+**What it writes.** ``OUT/grades.csv`` (one row per student: a column per exercise, ``total``, ``out_of``,
+``flags``), ``OUT/feedback/<student>.md`` (each exercise's
 status and hint, and what happened to each notebook), and ``OUT/work/<student>/`` (each notebook's work folder,
 its executed copy, check log, run record and the worker's log). It refuses an ``OUT`` inside the submissions
 folder (or holding it), and an existing ``OUT`` that is not a grades folder it wrote (it marks its own with
 ``.gpuformer_grades``); a grades folder of its own is replaced. One broken or malicious submission cannot stop
-the others: each runs in its own process under its own limits, and whatever happens is reported.
+the others: each runs in its own process under its own limits, and whatever happens is reported. Exit code 0:
+every notebook was graded; 1: grades written, but some notebook could not be run for the grader's or the
+machine's reasons (a worker that failed, a kernel that did not start); 2: refused, nothing written.
 """
 
 from __future__ import annotations
@@ -54,6 +71,7 @@ import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,16 +80,17 @@ from tqdm.auto import tqdm
 
 from gpuformer_lib.tools import sandbox
 from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
-from gpuformer_lib.tools.student import SOLUTION_TAG, STUDENT_KEY
+from gpuformer_lib.tools.student import SOLUTION_TAG, STUDENT_KEY, data_files
 
 PASSED, FAILED, TIMED_OUT, CRASHED, DID_NOT_RUN = "passed", "failed", "timed out", "crashed", "did not run"
 STATUSES = (PASSED, FAILED, TIMED_OUT, CRASHED, DID_NOT_RUN)
+MAX_SUBMISSION_BYTES = 50_000_000
+"""A bigger submitted notebook is not read (huge outputs, or not a notebook): graded as not valid."""
 MARKER = ".gpuformer_grades"
 """File that marks a folder as one ``make grade`` wrote (and may replace)."""
 
 NETNS = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
 _PROXY_VARS = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy")
-_TIMED_OUT_HINT = "did not return within"  # what a check's hint says when the learner's code ran out of time
 
 
 class GradingRefused(Exception):
@@ -115,6 +134,77 @@ def chapter_of(name: str) -> str:
     return match.group(1) if match else Path(name).stem
 
 
+# --------------------------------------------------------------------------- cells to review by hand
+
+_SUSPICIOUS = [(re.compile(pattern), what) for pattern, what in (
+    (r"\b_record\b", "_record"), (r"\b_report\b", "_report"), (r"\b_safe_check\b", "_safe_check"),
+    (r"GPUFORMER_GRADE_LOG|\bGRADE_LOG_ENV\b", "the grading log"), (r"(?<![\w.])compile\s*\(", "compile("),
+    (r"(?<![\w.])exec\s*\(", "exec("), (r"(?<![\w.])eval\s*\(", "eval("),
+    (r"__code__|__closure__|__globals__", "a function's internals"),
+    (r"\bctypes\b|\bcffi\b", "ctypes"), (r"addaudithook|sys\.audit\b", "audit hooks"),
+    (r"checks\.jsonl", "the grading log"))]
+
+
+def _exercise_aliases(tree: ast.AST) -> set[str]:
+    """Names a cell binds to ``gpuformer_lib.exercises`` or one of its modules (``predictions``, ``ex``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("gpuformer_lib")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuformer_lib"):
+            names |= {a.asname or a.name for a in node.names
+                      if (node.module or "").startswith("gpuformer_lib.exercises") or a.name == "exercises"}
+    return names
+
+
+def suspicious(cells: list[str]) -> list[str]:
+    """The cells to read by hand before trusting the grade: ``cell N: what`` for each code cell that mentions the
+    grading channel's internals, ``exec``/``compile``/``eval``, a function's ``__code__``, ``ctypes`` or an audit
+    hook, or
+    that assigns to an attribute of a ``gpuformer_lib.exercises`` module (``predictions._report = ...``). A
+    heuristic: it finds the routes known to forge a pass (see :mod:`gpuformer_lib.exercises._core`), not all."""
+    source_all = "\n".join(cells)
+    try:
+        aliases = _exercise_aliases(ast.parse(_without_magics(source_all)))
+    except SyntaxError:
+        aliases = set()
+    aliases |= {"gpuformer_lib"}
+    found = []
+    for index, source in enumerate(cells):
+        if not source.strip():
+            continue
+        what = [label for pattern, label in _SUSPICIOUS if pattern.search(source)]
+        try:
+            tree = ast.parse(_without_magics(source))
+        except SyntaxError:
+            tree = None
+        for node in ast.walk(tree) if tree is not None else ():
+            targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
+                       if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("setattr", "delattr") and node.args):
+                root = node.args[0]
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in aliases:
+                    what.append(f"{node.func.id} on {ast.unparse(node.args[0])}")
+            for target in targets:
+                root = target
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if target is not root and isinstance(root, ast.Name) and root.id in aliases:
+                    what.append(f"assigns to {ast.unparse(target)}")
+        what = list(dict.fromkeys(what))
+        if what:
+            found.append(f"cell {index + 1}: {', '.join(what)}")
+    return found
+
+
+def _without_magics(source: str) -> str:
+    """Python source with IPython's ``%magic`` and ``!shell`` lines blanked, so that ``ast`` can parse it."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
 # --------------------------------------------------------------------------- the submissions
 
 
@@ -125,26 +215,49 @@ class Submission:
     path: Path
     course: str | None = None
     matched_by: str = ""
+    match_rank: int = 9  # 0 by metadata, 1 by file name, 2 by chapter number: the better match is graded
     problem: str | None = None  # why it cannot run (not JSON, not a notebook), if so
     cells: list[str] = field(default_factory=list)  # the code cells' sources, by cell index ('' for markdown)
+    flags: list[str] = field(default_factory=list)  # cells to review by hand (:func:`suspicious`)
 
 
 def _student_name(raw: str) -> str:
-    return re.sub(r"[^\w.@+-]+", "_", raw).strip("._") or "student"
+    return re.sub(r"[^\w.@+-]+", "_", unicodedata.normalize("NFC", raw)).strip("._") or "student"
 
 
-def discover(submissions: Path) -> dict[str, list[Path]]:
-    """Student name -> their notebook files, from the layout in the module docstring."""
+def discover(submissions: Path, skipped: list[str] | None = None) -> dict[str, list[Path]]:
+    """Student name -> their notebook files, from the layout in the module docstring. Hidden entries (names
+    starting with ".") are left out and appended to ``skipped``. Raises :class:`GradingRefused` when two entries
+    would be the same student (``John Smith/`` and ``John_Smith/``, ``ada/`` and ``ada.ipynb``, ``Ada`` and
+    ``ada``: names are compared after cleaning, NFC-normalised and case-insensitively)."""
     found: dict[str, list[Path]] = {}
+    owner: dict[str, str] = {}  # the cleaned name, case-folded -> the entry that gave it
+    skipped = [] if skipped is None else skipped
     for entry in sorted(submissions.iterdir()):
         if entry.name.startswith("."):
+            skipped.append(entry.name)
             continue
         if entry.is_dir():
-            files = sorted(p for p in entry.rglob("*.ipynb") if not any(
-                part.startswith(".") for part in p.relative_to(entry).parts))
-            found.setdefault(_student_name(entry.name), []).extend(files)
+            name = _student_name(entry.name)
+            files = []
+            for p in sorted(entry.rglob("*.ipynb")):
+                hidden = [part for part in p.relative_to(entry).parts if part.startswith(".")]
+                if hidden and hidden[0] != ".ipynb_checkpoints":
+                    skipped.append(str(p.relative_to(submissions)))
+                elif not hidden:
+                    files.append(p)
         elif entry.suffix == ".ipynb":
-            found.setdefault(_student_name(entry.stem), []).append(entry)
+            name, files = _student_name(entry.stem), [entry]
+        else:
+            continue
+        key = name.casefold()
+        if key in owner:
+            raise GradingRefused(f"`{owner[key]}` and `{entry.name}` in {submissions} would both be graded as the "
+                                 f"student {name}: one student's grade would be lost. Rename one of them (a folder "
+                                 "per student, each name different even ignoring case, spaces and punctuation), "
+                                 "or put one student's notebooks in one folder")
+        owner[key] = entry.name
+        found[name] = files
     return found
 
 
@@ -153,6 +266,10 @@ def read_submission(student: str, path: Path, course_names: list[str]) -> Submis
     sub = Submission(student, path)
     nb = None
     try:
+        size = path.stat().st_size
+        if size > MAX_SUBMISSION_BYTES:
+            raise ValueError(f"it holds {size / 1e6:.0f} MB, more than the {MAX_SUBMISSION_BYTES / 1e6:.0f} MB a "
+                             "notebook is allowed here (clear its outputs and submit it again)")
         nb = json.loads(path.read_bytes().decode("utf-8"))
         if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
             raise ValueError("it has no list of cells")
@@ -164,15 +281,17 @@ def read_submission(student: str, path: Path, course_names: list[str]) -> Submis
     by_chapter = {chapter_of(name): name for name in course_names}
     number = re.search(r"(?<!\d)(\d\d)_", path.name)
     if source in course_names:
-        sub.course, sub.matched_by = source, "the metadata of the student copy"
+        sub.course, sub.matched_by, sub.match_rank = source, "the metadata of the student copy", 0
     elif path.name in course_names:
-        sub.course, sub.matched_by = path.name, "its file name"
+        sub.course, sub.matched_by, sub.match_rank = path.name, "its file name", 1
     elif number and number.group(1) in by_chapter:
-        sub.course, sub.matched_by = by_chapter[number.group(1)], f"the chapter number {number.group(1)} in its name"
+        sub.course, sub.match_rank = by_chapter[number.group(1)], 2
+        sub.matched_by = f"the chapter number {number.group(1)} in its name"
     if nb is not None:
         sub.cells = [_source(c) if c.get("cell_type") == "code" else "" for c in nb["cells"] if isinstance(c, dict)]
         if len(sub.cells) != len(nb["cells"]):
             sub.problem = "some of its cells are not notebook cells, so nothing in it ran"
+        sub.flags = suspicious(sub.cells)
     return sub
 
 
@@ -187,6 +306,23 @@ def netns_available() -> bool:
         return False
 
 
+def filesystem_lock_available(scratch: Path) -> bool:
+    """Whether a worker can get its own mount namespace in which every file system is read-only except its job
+    folder (:func:`gpuformer_lib.tools.fslock.lock_filesystem`), tried for real on a folder in ``scratch``."""
+    probe = scratch / f".lock-probe-{uuid.uuid4().hex}"
+    probe.mkdir(parents=True)
+    try:
+        done = subprocess.run([*NETNS, "--mount", sys.executable, "-m", "gpuformer_lib.tools.fslock", str(probe)],
+                              capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        return (done.returncode == 0 and (probe / "inside").is_file()
+                and not (scratch / f"{probe.name}-outside").exists())
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+        (scratch / f"{probe.name}-outside").unlink(missing_ok=True)
+
+
 def _clean_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS
            and not k.startswith(("GPUFORMER_", "JUPYTER", "IPYTHON", "MPL")) and k != "PYTHONPATH"}
@@ -199,12 +335,12 @@ def _clean_env(home: Path) -> dict[str, str]:
                IPYTHONDIR=str(home / ".ipython"), JUPYTER_RUNTIME_DIR=str(home / ".jupyter-runtime"),
                JUPYTER_DATA_DIR=str(home / ".jupyter-data"), CUDA_VISIBLE_DEVICES="", GPUFORMER_DEVICE="cpu",
                PYTHONDONTWRITEBYTECODE="1", MPLBACKEND="Agg")
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env["OMP_NUM_THREADS"] = "1"  # always: with --jobs N, N notebooks share the machine
     return env
 
 
 def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[Path], cell_timeout: float,
-                 notebook_timeout: float, netns: bool) -> dict:
+                 notebook_timeout: float, netns: bool, lock_fs: bool = False) -> dict:
     """Run one submission in a fresh work folder under ``job_dir`` that also holds ``course_dir``'s files other
     than notebooks (what the notebooks read beside them); return its run record and check log."""
     if job_dir.exists():
@@ -216,9 +352,12 @@ def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[
     log, record_path = job_dir / "checks.jsonl", job_dir / "run.json"
     log.touch()
     shutil.copyfile(sub.path, work / sub.course)  # a copy: the submission itself is never run or changed
-    for asset in course_dir.iterdir():  # what the notebooks read beside them (chapter 10's recorded trace)
-        if asset.suffix != ".ipynb" and not asset.name.startswith("."):
-            (shutil.copytree if asset.is_dir() else shutil.copy2)(asset, work / asset.name)
+    # what the notebooks read beside them (chapter 10's recorded trace): from --course, and what that lacks (a
+    # folder of student copies made before `make student` copied them) from the course's own notebooks folder
+    for folder in dict.fromkeys([course_dir.resolve(), (REPO_ROOT / "notebooks").resolve()]):
+        for asset in data_files(folder) if folder.is_dir() else []:
+            if not (work / asset.name).exists():
+                (shutil.copytree if asset.is_dir() else shutil.copy2)(asset, work / asset.name)
     (site / "sitecustomize.py").write_text(sandbox.sitecustomize_source(work, hidden, log))
     env = _clean_env(work)
     marker = uuid.uuid4().hex
@@ -227,10 +366,12 @@ def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[
     kernel_env = {**env, "PYTHONPATH": str(site), "GPUFORMER_GRADE_LOG": str(log)}
     job = {"work": str(work), "notebook": sub.course, "record": str(record_path),
            "executed": str(job_dir / "executed.ipynb"), "cell_timeout": cell_timeout,
-           "notebook_timeout": notebook_timeout, "kernel_env": kernel_env, "netns": netns}
+           "notebook_timeout": notebook_timeout, "kernel_env": kernel_env, "netns": netns,
+           "lock_fs": bool(netns and lock_fs)}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
     worker_env = {**env, "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [*(NETNS if netns else []), sys.executable, "-m", "gpuformer_lib.tools.sandbox", str(job_dir / "job.json")]
+    isolate = [*NETNS, "--mount"] if netns and lock_fs else NETNS if netns else []
+    cmd = [*isolate, sys.executable, "-m", "gpuformer_lib.tools.sandbox", str(job_dir / "job.json")]
     killed = None
     with (job_dir / "worker.log").open("wb") as worker_log:  # a file, not a pipe: the kernel's own output is unbounded
         proc = subprocess.Popen(cmd, cwd=job_dir, env=worker_env, stdout=worker_log, stderr=subprocess.STDOUT,
@@ -294,7 +435,7 @@ def exercise_status(check: str, sub: Submission | None, record: dict | None,
         if not failed:
             return PASSED, results[-1]["message"] + where
         hint = failed[0]["message"]
-        return (TIMED_OUT if _TIMED_OUT_HINT in hint else FAILED), hint + where
+        return (TIMED_OUT if failed[0].get("timed_out") is True else FAILED), hint + where
     calls = [i for i, source in enumerate(sub.cells) if check in _calls(source, {check})]
     if not calls:
         return DID_NOT_RUN, (f"no cell of the submitted notebook calls {check}(...): was the exercise's cell deleted "
@@ -369,7 +510,11 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
     if not course:
         raise GradingRefused(f"no course notebooks in {course_dir}: --course is the instructor's notebooks folder")
     names = exercise_check_names()
-    students = discover(submissions)
+    skipped: list[str] = []
+    students = discover(submissions, skipped)
+    if skipped:
+        print(f"grade: skipped {len(skipped)} hidden entr{'y' if len(skipped) == 1 else 'ies'} (names starting with "
+              f"'.'): {', '.join(skipped[:10])}{', ...' if len(skipped) > 10 else ''}", file=sys.stderr)
     if not students:
         raise GradingRefused(f"{submissions} holds no notebooks: the layout is one folder per student with their "
                              ".ipynb files in it, or one <student>.ipynb per student")
@@ -391,27 +536,38 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("A grades folder written by gpuformer_lib.tools.grade; it is replaced on every run.\n")
+    lock_fs = netns and filesystem_lock_available(out)
+    if netns and not lock_fs:
+        print("grade: warning: unshare cannot give the notebooks a read-only view of the file system here, so only "
+              "the audit hook keeps their writes inside their work folders (code below Python gets past it). "
+              "Grade untrusted work in a container.", file=sys.stderr)
     hidden = [course_dir, submissions, out, REPO_ROOT / "notebooks"]
     plan: dict[str, dict[str, Submission]] = {}
     notes: dict[str, list[str]] = {}
     unreadable: dict[str, list[str]] = {}
     for student, ss in subs.items():
         plan[student], notes[student], unreadable[student] = {}, [], []
-        for s in sorted(ss, key=lambda s: (s.path.stat().st_mtime, str(s.path))):
+        for s in sorted(ss, key=lambda s: (s.match_rank, str(s.path))):
+            shown = s.path.relative_to(submissions).as_posix()
             if s.course is None and s.problem:
                 unreadable[student].append(s.path.name)
-                notes[student].append(f"`{s.path.name}` could not be graded: {s.problem}; nor could its chapter be "
+                notes[student].append(f"`{shown}` could not be graded: {s.problem}; nor could its chapter be "
                                       "told (no readable metadata, no course file name or chapter number in its name)")
             elif s.course is None:
-                notes[student].append(f"`{s.path.name}` is not one of the course's notebooks (no metadata, file name "
+                notes[student].append(f"`{shown}` is not one of the course's notebooks (no metadata, file name "
                                       "or chapter number matched): not graded")
             elif s.course not in expected:
                 named = "" if s.path.name == s.course else f" ({s.course})"
-                notes[student].append(f"`{s.path.name}`{named} is not part of this assignment: not graded")
+                notes[student].append(f"`{shown}`{named} is not part of this assignment: not graded")
+            elif s.course in plan[student]:
+                kept = plan[student][s.course]
+                notes[student].append(
+                    f"`{kept.path.relative_to(submissions).as_posix()}` and `{shown}` are both {s.course}: "
+                    f"`{kept.path.relative_to(submissions).as_posix()}` is graded (matched by {kept.matched_by}; "
+                    f"`{shown}` by {s.matched_by}; a match by metadata beats one by file name, which beats one by "
+                    "chapter number, and between equals the first path in alphabetical order is graded): submit "
+                    "one copy per chapter")
             else:
-                if s.course in plan[student]:
-                    notes[student].append(f"`{plan[student][s.course].path.name}` and `{s.path.name}` are both "
-                                          f"{s.course}: the newer one, `{s.path.name}`, is graded")
                 plan[student][s.course] = s
     runs = [(student, s) for student in plan for s in plan[student].values() if not s.problem]
     records: dict[tuple[str, str], dict] = {}
@@ -421,10 +577,16 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
         job_dir = out / "work" / student / Path(s.course).stem
         try:
             return (student, s.course), run_notebook(s, job_dir, course_dir, hidden, cell_timeout,
-                                                           notebook_timeout, netns)
+                                                     notebook_timeout, netns, lock_fs)
         except Exception as err:  # noqa: BLE001  whatever went wrong with this one, the others are graded
-            return (student, s.course), {"cells": [], "checks": [], "kernel": "not started", "seconds": 0.0,
-                                         "stopped": f"the grader could not run it ({type(err).__name__}: {err})"}
+            record = {"cells": [], "checks": [], "kernel": "not started", "seconds": 0.0,
+                      "stopped": f"the grader could not run it ({type(err).__name__}: {err})"}
+            try:  # kept where grader_failures (the exit code) finds it
+                job_dir.mkdir(parents=True, exist_ok=True)
+                (job_dir / "run.json").write_text(json.dumps(record, indent=1))
+            except OSError:
+                pass
+            return (student, s.course), record
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(one, run) for run in runs]
@@ -436,11 +598,13 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
     results = {student: {(name, check): exercise_status(check, plan[student].get(name),
                                                         records.get((student, name)), unreadable[student])
                          for name, check in columns} for student in plan}
-    _write_csv(out / "grades.csv", columns, results)
+    flags = {student: [f"{chapter_of(name)} {flag}" for name, s in sorted(plan[student].items()) for flag in s.flags]
+             for student in plan}
+    _write_csv(out / "grades.csv", columns, results, flags)
     (out / "feedback").mkdir(exist_ok=True)
     for student in plan:
         _write_feedback(out / "feedback" / f"{student}.md", student, chosen, expected, plan[student], records,
-                        results[student], notes[student])
+                        results[student], notes[student], flags[student])
     return results
 
 
@@ -455,22 +619,27 @@ def _course_name(given: str, course: dict[str, Path]) -> str:
     return matches[0]
 
 
-def _write_csv(path: Path, columns: list[tuple[str, str]], results: dict) -> None:
+def _write_csv(path: Path, columns: list[tuple[str, str]], results: dict, flags: dict[str, list[str]]) -> None:
+    """One row per student; ``flags``: the cells to review by hand before trusting the row (empty: none)."""
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", *(f"{chapter_of(name)}:{check}" for name, check in columns), "total", "out_of"])
+        writer.writerow(["student", *(f"{chapter_of(name)}:{check}" for name, check in columns), "total", "out_of",
+                         "flags"])
         for student in sorted(results):
             statuses = [results[student][col][0] for col in columns]
-            writer.writerow([student, *statuses, statuses.count(PASSED), len(columns)])
+            writer.writerow([student, *statuses, statuses.count(PASSED), len(columns), "; ".join(flags[student])])
 
 
 def _write_feedback(path: Path, student: str, chosen: list[str], expected: dict, subs: dict, records: dict,
-                    results: dict, notes: list[str]) -> None:
+                    results: dict, notes: list[str], flags: list[str] = ()) -> None:
     passed = sum(1 for status, _ in results.values() if status == PASSED)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# Feedback for {student}", "",
              f"Graded {when}: **{passed} of {len(results)} exercises passed.** An exercise's grade is its last "
              "result: what its check reported the last time a cell calling it ran.", ""]
+    if flags:
+        lines += [f"- **Review by hand** before trusting this grade: these cells touch the grading machinery or run "
+                  f"code in ways that can forge a result (chapter, cell, what): {'; '.join(flags)}.", ""]
     lines += [f"- Note: {note}." for note in notes]
     for name in chosen:
         sub = subs.get(name)
@@ -483,8 +652,26 @@ def _write_feedback(path: Path, student: str, chosen: list[str], expected: dict,
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+GRADER_FAILURES = ("the grader's worker failed", "the grader could not run it", "the run failed: ")
+"""How a run record's ``stopped`` begins when the grader, not the student's code, failed (exit code 1)."""
+
+
+def grader_failures(out: Path) -> list[str]:
+    """``student/notebook: why`` for each run in ``out/work`` that failed for the grader's own reasons."""
+    found = []
+    for record_path in sorted((out / "work").glob("*/*/run.json")):
+        stopped = json.loads(record_path.read_text()).get("stopped") or ""
+        if stopped.startswith(GRADER_FAILURES):
+            found.append(f"{record_path.parent.parent.name}/{record_path.parent.name}: {stopped[:200]}")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Exit codes: 0 every notebook was graded (whatever the grades); 1 grades written, but some "
+               "notebook could not be run for the grader's or the machine's reasons (see the message and "
+               "OUT/work/<student>/<notebook>/worker.log); 2 refused, nothing written (a bad folder or option).")
     parser.add_argument("submissions", type=Path, help="one folder (or one .ipynb) per student")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "_build" / "grades",
                         help="grades folder: grades.csv, feedback/, work/ (default _build/grades)")
@@ -510,6 +697,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"graded {len(results)} student(s) in {time.perf_counter() - start:.0f} s: "
           + ", ".join(f"{n} {status}" for status, n in counts.items() if n))
     print(f"wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/<student>.md")
+    failures = grader_failures(args.out)
+    if failures:
+        print(f"grade: {len(failures)} notebook(s) could not be graded for a reason that is the grader's or the "
+              f"machine's, not the student's (exit code 1): {'; '.join(failures[:5])}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,8 +3,11 @@
     python -m gpuformer_lib.tools.sandbox JOB.json      # started by gpuformer_lib.tools.grade, one per notebook
 
 :mod:`gpuformer_lib.tools.grade` copies the notebook into a fresh work folder, writes ``JOB.json`` and starts
-this module, inside ``unshare --user --map-root-user --net --pid --fork --kill-child`` where the system allows
-it (a network namespace with nothing but loopback, and a PID namespace whose processes all die with it). It
+this module, inside ``unshare --user --map-root-user --net --pid --fork --kill-child --mount`` where the system
+allows it (a network namespace with nothing but loopback, a PID namespace whose processes all die with it, and
+a mount namespace in which :func:`gpuformer_lib.tools.fslock.lock_filesystem` makes every file system read-only
+except the job's folder: **the real write boundary**, enforced by the OS kernel for everything the notebook
+runs, compiled code and programs included). It
 executes the copy cell by cell with nbclient: a cell that raises is recorded and the next one runs; a cell past
 its time limit is recorded, the kernel interrupted and the run goes on if the kernel answers again; a kernel
 that dies, or the notebook's own time limit, ends the run. After every cell the record (``RUN.json``: per cell
@@ -16,15 +19,24 @@ The kernel starts with a ``sitecustomize.py`` (written by :func:`sitecustomize_s
 audit hook before any of the learner's code runs, in the kernel and in every Python process it starts. It
 refuses: opening a file for writing, renaming, deleting, linking or changing the mode of anything outside the
 work folder; reading the course's notebooks (their solutions), the submissions folder and the grades folder
-(other learners' work) outside the work folder; opening the grading log except from
-``gpuformer_lib/exercises/_core.py``; network connects and name look-ups other than loopback; and starting
-any program other than Python, except those that torch's or Triton's own code starts (``torch.compile``
-runs a C++ compiler for its kernels). What it does not stop: code that goes below Python (``ctypes``, a
-compiled extension, ``os.write`` to a file descriptor that is already open), what a program started by torch
-does, a child Python started without the hook (``python -S``, a cleared ``PYTHONPATH``), reading other files
-the user can read, using memory and CPU.
-It is a guard against accidents and casual cheating, not a security boundary: grade untrusted submissions
-inside a container or virtual machine without the course's solutions in it (see the instructor's guide).
+(other learners' work) outside the work folder; opening the grading log except from code whose file name is
+``gpuformer_lib/exercises/_core.py``; network connects and name look-ups other than loopback; and starting any
+program other than Python, except a compiler (:data:`COMPILER_PROGRAMS`: ``g++``, ``cc``, ``openssl``, ...) that
+torch's compiler or Triton starts (a caller in ``torch/_inductor``, ``torch/utils/cpp_extension.py`` or
+``triton/``); a shell (``shell=True``, ``os.system``, ``sh -c``) is always refused, so
+``torch.utils.collect_env.run('echo x > outside')`` is refused too.
+
+What the hook does not stop: code that goes below Python (``ctypes``, a compiled extension, ``os.write`` to a file
+descriptor that is already open); code that claims a torch or ``_core.py`` file name (``compile(src, ".../torch/
+_inductor/x.py", "exec")``) and so starts a listed compiler or opens the log; what a compiler it lets through
+does (``g++ -o /anywhere``); a child Python started without the hook (``python -S``, a cleared ``PYTHONPATH``);
+reading files the user can read; using memory and CPU. Where the mount namespace works, writes outside the job
+folder are refused by the OS whatever Python is bypassed (the grader checks this before grading, and warns when
+it cannot); the job folder itself (the work folder, the checks' log, the run record) stays writable, so a
+notebook can still forge its own results (see :mod:`gpuformer_lib.exercises._core`: the grader flags the
+cells that try). Without the mount namespace the hook is a guard against accidents and casual cheating, not a
+security boundary. Either way, grade untrusted submissions inside a container or virtual machine without the
+course's solutions or other secrets in it (see the instructor's guide).
 """
 
 from __future__ import annotations
@@ -45,8 +57,14 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async
 
+from gpuformer_lib.tools.fslock import lock_filesystem
+
 OUTPUT_CAP_BYTES = 200_000
 """Most bytes of output kept per cell; the rest is dropped with a note (the kernel still runs the cell)."""
+
+COMPILER_PROGRAMS = ("c++", "g++", "gcc", "cc", "clang", "clang++", "ld", "nvcc", "ptxas", "openssl")
+"""The programs the hook lets torch's compiler (``torch/_inductor``, ``torch/utils/cpp_extension.py``) and Triton
+start, by base name (``g++-12``, ``x86_64-linux-gnu-gcc`` included); never a shell."""
 
 PROBE_TIMEOUT_S = 15
 """Seconds the kernel has to answer after a timed-out cell is interrupted, before the run is given up."""
@@ -61,6 +79,8 @@ _CORE = {core!r}
 _PYTHONS = {pythons!r}
 _WRITABLE = (_WORK, "/dev/null", "/dev/shm")
 _COMPILER_CALLERS = {callers!r}
+_COMPILER_PROGRAMS = {programs!r}
+_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env")
 _LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
 _WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_TRUNC", 0)
 
@@ -97,7 +117,8 @@ def _is_python(executable):
 
 
 def _from_compiler_stack():
-    """Whether torch or Triton is asking (torch.compile runs a C++ compiler, and openssl, for its kernels)."""
+    """Whether torch's compiler or Triton is asking (torch.compile runs a C++ compiler, and openssl, for its
+    kernels): a caller frame in torch/_inductor, torch/utils/cpp_extension.py or triton/."""
     frame = _sys._getframe(2)
     while frame is not None:
         if _inside(_real(frame.f_code.co_filename), _COMPILER_CALLERS):
@@ -106,8 +127,22 @@ def _from_compiler_stack():
     return False
 
 
-def _allowed_program(executable):
-    return _is_python(executable) or _from_compiler_stack()
+def _basename(executable):
+    return _os.path.basename(_os.fsdecode(executable)) if executable is not None else ""
+
+
+def _allowed_program(executable, argv=None):
+    """Python; or a compiler on the list, started by torch's compiler or Triton. Never a shell."""
+    name = _basename(executable)
+    if name in _SHELLS or (isinstance(argv, (list, tuple)) and len(argv) > 1 and argv[1] == "-c"
+                           and _basename(argv[0]) in _SHELLS):
+        return False
+    if _is_python(executable):
+        return True
+    import re
+    compiler = re.fullmatch(r"(?:[\w]+-linux-gnu-)?(?:" + "|".join(map(re.escape, _COMPILER_PROGRAMS))
+                            + r")(?:-[\d.]+)?", name)
+    return bool(compiler) and _from_compiler_stack()
 
 
 def _hook(event, args):
@@ -147,14 +182,14 @@ def _hook(event, args):
     elif event == "subprocess.Popen":
         executable, argv = args[0], args[1]
         program = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
-        if not _allowed_program(program):
-            _refuse(f"starting the program {{program}} (only Python is allowed)")
+        if not _allowed_program(program, argv):
+            _refuse(f"starting the program {{program}} (only Python, and a compiler started by torch.compile)")
     elif event in ("os.exec", "os.posix_spawn"):
-        if not _allowed_program(args[0]):
-            _refuse(f"starting the program {{args[0]}} (only Python is allowed)")
+        if not _allowed_program(args[0], args[1]):
+            _refuse(f"starting the program {{args[0]}} (only Python, and a compiler started by torch.compile)")
     elif event == "os.spawn":
-        if not _allowed_program(args[1]):
-            _refuse(f"starting the program {{args[1]}} (only Python is allowed)")
+        if not _allowed_program(args[1], args[2]):
+            _refuse(f"starting the program {{args[1]}} (only Python, and a compiler started by torch.compile)")
     elif event in ("os.system", "pty.spawn", "os.startfile"):
         _refuse(f"{{event}}")
 
@@ -167,13 +202,15 @@ def sitecustomize_source(work: Path, hidden: list[Path], log: Path) -> str:
     """The ``sitecustomize.py`` that installs the audit hook for a run in ``work`` (see the module docstring)."""
     core = Path(__file__).resolve().parents[1] / "exercises" / "_core.py"
     pythons = sorted({os.path.realpath(sys.executable), os.path.realpath(sys._base_executable)})
-    callers = []  # the packages whose code may start programs: torch and Triton, found without importing them
-    for name in ("torch", "triton"):
+    callers = []  # the code that may start a compiler: torch's compiler and Triton, found without importing them
+    for name, parts in (("torch", ("_inductor", "utils/cpp_extension.py")), ("triton", ("",))):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
-            callers.append(os.path.realpath(os.path.dirname(spec.origin)))
+            root = os.path.realpath(os.path.dirname(spec.origin))
+            callers += [os.path.join(root, part).rstrip("/") for part in parts]
     return _TEMPLATE.format(work=os.path.realpath(work), hidden=[os.path.realpath(p) for p in hidden],
-                            log=os.path.realpath(log), core=str(core), pythons=pythons, callers=callers)
+                            log=os.path.realpath(log), core=str(core), pythons=pythons, callers=callers,
+                            programs=COMPILER_PROGRAMS)
 
 
 class _CappedClient(NotebookClient):
@@ -213,10 +250,11 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_job(job: dict) -> dict:
+def run_job(job: dict, filesystem: str | None = None) -> dict:
     """Execute the job's notebook as far as it goes; return (and keep writing) the run record."""
     work, record_path = Path(job["work"]), Path(job["record"])
-    record: dict[str, Any] = {"cells": [], "stopped": None, "seconds": 0.0, "kernel": "not started"}
+    record: dict[str, Any] = {"cells": [], "stopped": None, "seconds": 0.0, "kernel": "not started",
+                              "filesystem": filesystem}
     nb = nbformat.read(work / job["notebook"], as_version=4)
     transport = "tcp"
     if job.get("netns") and not _loopback_up():
@@ -314,7 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m gpuformer_lib.tools.sandbox JOB.json (started by gpuformer_lib.tools.grade)",
               file=sys.stderr)
         return 2
-    run_job(json.loads(Path(args[0]).read_text()))
+    job = json.loads(Path(args[0]).read_text())
+    locked = None
+    if job.get("lock_fs"):
+        error = lock_filesystem([Path(job["record"]).parent])
+        locked = "read-only outside the job folder" if error is None else f"not locked ({error})"
+    run_job(job, locked)
     return 0
 
 

@@ -3,7 +3,8 @@
     python -m gpuformer_lib.tools.student OUT_DIR [notebooks ...]   # or: make student
 
 A solution is any cell tagged ``solution``. Each exercise's stub and check stay, so learners run
-the checks themselves.
+the checks themselves. The data files the notebooks open beside them (``notebooks/traces/``: every entry
+of the notebooks' folder that is not a notebook or hidden) are copied too, so the copies run in a lab.
 
 The command never destroys work: it refuses (exit code 2, nothing written) an output file that would
 be one of its input notebooks or a course notebook (paths compared resolved, so ``./notebooks``,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import sys
 from pathlib import Path
 
@@ -129,7 +131,32 @@ def main(argv: list[str] | None = None) -> int:
         copy.metadata[STUDENT_KEY] = {"source": path.name, "cells_sha256": cells_hash(copy)}
         write_notebook_atomically(copy, args.out_dir / path.name)
         print(f"{args.out_dir / path.name}: {len(nb.cells) - len(copy.cells)} solution cell(s) removed")
+    for data in copy_data_files(sources, args.out_dir):
+        print(f"{data}: copied (data the notebooks open beside them)")
     return 0
+
+
+def data_files(folder: Path) -> list[Path]:
+    """What the notebooks in ``folder`` open beside them (chapter 10's ``traces/``): every entry that is not a
+    notebook, not hidden and not a cache."""
+    return sorted(p for p in folder.iterdir() if p.suffix != ".ipynb" and not p.name.startswith((".", "_"))
+                  and p.name != "__pycache__")
+
+
+def copy_data_files(sources: list[Path], out_dir: Path) -> list[Path]:
+    """Copy the data files of the notebooks' folders into ``out_dir`` (replacing files of the same name, never
+    deleting one), so that the student copies run there as in the course; returns what was copied."""
+    copied = []
+    for folder in sorted({path.resolve().parent for path in sources}):
+        if folder == out_dir.resolve():
+            continue
+        for entry in data_files(folder):
+            if entry.is_dir():
+                shutil.copytree(entry, out_dir / entry.name, dirs_exist_ok=True)
+            else:
+                shutil.copy2(entry, out_dir / entry.name)
+            copied.append(out_dir / entry.name)
+    return copied
 
 
 if __name__ == "__main__":
