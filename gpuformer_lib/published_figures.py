@@ -951,6 +951,27 @@ TOOLS: tuple[F, ...] = (  # chapter 16: compilers, CUDA graphs, XLA/TPU, export,
       hardware="one NVIDIA GPU of the MLPerf v1.0 Mask R-CNN run (the post does not name the model)",
       where="Example use cases, Mask R-CNN (Figure 4: CUDA graphs optimization)",
       quote="The graphed portion now runs in 6 ms instead of 31ms, a speedup of 5x.", **_CUDA_GRAPHS),
+    # Nsight Compute: llm.c's profile_gpt2cu.py reads each kernel's counters from an `ncu --set full` report
+    F(key="ncu-llmc-encoder-forward-dram-gb-per-s", value=920.1, unit="GB/s",
+      quantity="DRAM bandwidth of llm.c's encoder_forward_kernel3 (GPT-2 training step), from Nsight Compute "
+               "counters (DRAM bytes read and written over the kernel's duration, profile_gpt2cu.py)",
+      hardware="one NVIDIA GeForce RTX 4090", software="llm.c profile_gpt2cu.py running ncu --set full (May 2024)",
+      url="https://github.com/karpathy/llm.c/pull/377",
+      title="karpathy/llm.c pull request #377, 'Add DRAM BW, Tensor Core Utilisation, & Efficiency Stats' (ademeure)",
+      where="PR description, the profile table, row 00 (enc×1, encoder_forward_kernel3: 0.05 ms)",
+      quote="encoder_forward_kernel3                      0.05    920.1", chapters=(16,),
+      note="The Nsight Compute example of the chapter: a memory-bound kernel read off ncu's counters. The author "
+           "warns the table 'was taken while optimising some of the kernels'; against the peak he states "
+           "(ncu-rtx4090-dram-peak-gb-per-s) it is about nine tenths of the bandwidth."),
+    F(key="ncu-rtx4090-dram-peak-gb-per-s", value=1008, unit="GB/s",
+      quantity="theoretical peak DRAM bandwidth of the RTX 4090, as the llm.c profiling PR states it",
+      hardware="NVIDIA GeForce RTX 4090", software="not applicable (a datasheet figure quoted in the PR)",
+      url="https://github.com/karpathy/llm.c/pull/377",
+      title="karpathy/llm.c pull request #377, 'Add DRAM BW, Tensor Core Utilisation, & Efficiency Stats' (ademeure)",
+      where="PR description, paragraph before the profile table",
+      quote="while the theoretical peak bandwidth is 1008GB/s, this is impossible to reach in practice",
+      chapters=(16,),
+      note="The PR's efficiency column divides by the highest bandwidth any kernel reached, not by this peak."),
     # XLA on TPUs: JAX (MaxText) and the TPU v4 paper
     F(key="maxtext-tpu-v5p-32b-mfu", value=71.47, unit="% MFU",
       quantity="model FLOPs utilization training a 32B-parameter LLM with MaxText (pure JAX, compiled by XLA)",
