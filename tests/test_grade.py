@@ -92,6 +92,13 @@ FORGERIES = [
 ]
 
 
+def test_a_cell_calling_one_check_twice_is_one_exercise():
+    """Chapter 3's exercise 3.3 calls its check twice in one cell (forward, then training)."""
+    nb = json.loads((REPO_ROOT / "notebooks" / "03_attention.ipynb").read_text())
+    found = grade.expected_exercises(nb, {"check_attention_memory_prediction"})
+    assert found == ["check_attention_memory_prediction"]
+
+
 def test_every_known_forgery_is_flagged_and_no_course_notebook_is():
     assert grade.suspicious(["x = 1", *FORGERIES]) == [
         "cell 2: _record", "cell 3: compile(, exec(", "cell 4: _report, assigns to predictions._report"]
