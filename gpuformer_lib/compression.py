@@ -505,6 +505,25 @@ class DistillationResult:
         return all(d < 0 for d in self.differences)
 
 
+def distillation_words(differences: Sequence[float], threshold: float = 0.02) -> str:
+    """Words for distilled students against their hard-label controls, one difference per seed
+    (control loss - distilled loss, nats; positive = distillation helped), with one ``threshold`` for every
+    temperature: all above it -> lower on every seed; all below -threshold -> higher on every seed; all within
+    it -> no clear effect; otherwise the seeds disagree, which is no effect beyond seed-to-seed noise."""
+    diffs = [float(d) for d in differences]
+    if not diffs or not all(math.isfinite(d) for d in diffs):
+        raise ValueError(f"differences must be one finite number per seed, got {differences!r}")
+    if not (isinstance(threshold, numbers.Real) and 0 <= threshold < math.inf):
+        raise ValueError(f"threshold must be a finite number >= 0 (nats), got {threshold!r}")
+    if all(d > threshold for d in diffs):
+        return "lower than the control on every seed"
+    if all(d < -threshold for d in diffs):
+        return "higher than the control on every seed"
+    if all(abs(d) <= threshold for d in diffs):
+        return f"within {threshold:g} nats of the control on every seed: no clear effect"
+    return "lower on some seeds and higher on others: no effect beyond seed-to-seed noise"
+
+
 def _paired_runs(seeds: Sequence[int], run: Callable[[int, object], float], soft_loss: object
                  ) -> tuple[list[float], list[float], float]:
     """The experiment both distillations share: per seed, ``run(seed, soft_loss)`` (the distilled student)

@@ -416,9 +416,9 @@ def diagnose_stack(report: StackReport) -> list[str]:
         found.append(f"note: a ROCm build (HIP {report.hip_runtime}): AMD GPUs sit behind torch.cuda, so "
                      "device='cuda', torch.cuda.is_available(), autocast, scaled_dot_product_attention, "
                      "torch.compile (Triton for AMD) and torch.distributed (RCCL under the name 'nccl') work as on "
-                     "NVIDIA. What differs: torch.version.cuda is None, cuDNN is MIOpen, there is no TF32, NVML and "
-                     "nvidia-smi do not see the GPU (rocm-smi/amd-smi do), Nsight is rocprof, and CUDA C extensions "
-                     "must be hipified.")
+                     "NVIDIA. What differs: torch.version.cuda is None, cuDNN is MIOpen, there is no TF32 on MI200 "
+                     "(CDNA2; MI300 can use it through hipBLASLt), NVML and nvidia-smi do not see the GPU "
+                     "(rocm-smi/amd-smi do), Nsight is rocprof, and CUDA C extensions must be hipified.")
     if report.build == "MPS":
         found.append("note: an Apple MPS build: use device='mps' (torch.cuda is empty). MPS has its own events "
                      "(torch.mps.Event(enable_timing=True) for timing) and memory cap "
@@ -812,6 +812,23 @@ def _train_losses(config: TransformerConfig, device: torch.device, steps: int, b
         losses.append(loss.item())  # waits for the step
         times.append(time.perf_counter() - t0)
     return losses, times
+
+
+def determinism_cost_words(cost: float, device_type: str) -> str:
+    """Words for what the determinism switches did to the step time, ``cost`` = deterministic / default step
+    time, on a ``device_type`` ("cpu", "cuda", ...). Within 10 % either way: nothing measurable. Slower: they
+    slowed it. Faster on a CPU can only be noise, since no kernel a CPU model uses changes; faster elsewhere
+    is reported as not slower."""
+    if not (isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 < cost < math.inf):
+        raise ValueError(f"cost must be a positive finite ratio of step times, got {cost!r}")
+    if 1 / 1.1 < cost < 1.1:
+        return "cost nothing measurable"
+    if cost >= 1.1:
+        return "slowed the step down"
+    if device_type == "cpu":
+        return ("ran faster, which can only be noise here: on a CPU these switches change no kernel this "
+                "model uses")
+    return "did not slow the step down"
 
 
 def determinism_check(config: TransformerConfig | None = None, *, device: torch.device | str = "cpu", steps: int = 6,

@@ -10,6 +10,8 @@ import re
 
 import notebook_pages as pages
 
+from gpuformer_lib import compression, toolchain
+
 NAME = "16_tools_and_next_steps.ipynb"
 cells = pages.cells_fixture(NAME)
 
@@ -58,7 +60,9 @@ def test_the_stack_is_reported_and_broken_stacks_are_diagnosed(cells):
 
 def test_a_graph_break_is_found_and_removed(cells):
     g = pages.glued(cells)
-    assert re.match(r"[2-9] graphs with [1-9]", g["breaks_before"]) and g["breaks_after"] == "1 graph and 0 breaks"
+    m = re.fullmatch(r"([2-9]) graphs with ([1-9]\d*) (breaks?)", g["breaks_before"])
+    assert m and m.group(3) == ("break" if m.group(2) == "1" else "breaks"), g["breaks_before"]
+    assert g["breaks_after"] == "1 graph and 0 breaks"
     assert "item()" in g["break_reason"]
     assert "before.breaks >= 1 and after.breaks == 0" in pages.text(cells, "code")
 
@@ -127,14 +131,14 @@ def test_quantization_and_distillation_words_follow_the_values(cells):
                                                "unchanged"), (change, g["int8_loss_words"])
     seeds = re.findall(r"^seed \d+: distilled ([\d.]+), hard labels only ([\d.]+) .*T = 2: ([\d.]+)$", text, re.M)
     assert seeds
-    helped = [float(d) < float(h) for d, h, _ in seeds]
-    expected = ("lower than the control on every seed at T = 1" if all(helped) else
-                "higher than the control on every seed at T = 1" if not any(helped) else "lower on some seeds")
-    assert g["distill_words"].startswith(expected), (seeds, g["distill_words"])
-    t2 = [float(h) - float(d2) for _, h, d2 in seeds]  # positive: the T = 2 student beat its control
-    t2_expected = ("lower than the control on every seed" if all(d > 0.02 for d in t2) else
-                   "higher than the control on every seed" if all(d < -0.02 for d in t2) else "within 0.02 nats")
-    assert g["t2_words"].startswith(t2_expected), (t2, g["t2_words"])
+    for key, column in (("distill_words", 0), ("t2_words", 2)):  # positive difference: the student beat its control
+        diffs = [float(row[1]) - float(row[column]) for row in seeds]
+        # printed to 4 decimals: within 0.0002 of the 0.02-nat threshold either side's words may be right
+        allowed = {compression.distillation_words([d + e for d in diffs], 0.02) for e in (-2e-4, 0.0, 2e-4)}
+        assert g[key] in allowed, (key, diffs, g[key])
+    assert g["t1"] == "T = 1" and g["t2"] == "T = 2" and g["distill_temps"] == "T = 1 and T = 2"
+    n_seeds = len(seeds)
+    assert g["distill_sample"].startswith(f"{n_seeds} seed{'' if n_seeds == 1 else 's'} of a ")
     assert abs(float(g["t2_loss"]) - sum(float(d2) for *_, d2 in seeds) / len(seeds)) < 0.002
     prose = pages.text(cells, "markdown")
     assert "label-smoothing" in prose and "the teacher's probabilities carried" not in prose
@@ -154,9 +158,10 @@ def test_int8_quality_is_measured_on_a_trained_model(cells):
 def test_determinism_words_follow_the_value(cells):
     g = pages.glued(cells)
     cost = float(g["det_cost"].rstrip("x"))
-    words = {("cost nothing measurable" if 1 / 1.1 < v < 1.1 else "slowed the step down" if v >= 1.1 else
-              "did not slow the step down") for v in (cost - 0.005, cost, cost + 0.005)}
+    device = "cuda" if "CUBLAS_WORKSPACE_CONFIG set before CUDA initialised" in pages.outputs(cells) else "cpu"
+    words = {toolchain.determinism_cost_words(v, device) for v in (cost - 0.005, cost, cost + 0.005)}
     assert g["det_cost_words"] in words
+    assert "multiplied the step time by {glue:text}`det_cost`" in pages.text(cells, "markdown")
     code = pages.text(cells, "code")
     assert "not torch.are_deterministic_algorithms_enabled()" in code
     # CUBLAS_WORKSPACE_CONFIG is set in the first code cell that runs anything, before any CUDA work
@@ -190,8 +195,15 @@ def test_the_checklist_links_every_line_to_a_chapter_that_exists(cells):
         for link in links:
             assert (pages.NOTEBOOKS / link).exists(), link
     compiled = next(line for line in lines if "**Compiled**" in line)
-    for chapter in ("13_translation_case_study.ipynb", "15_forecasting_case_study.ipynb"):
-        assert chapter in compiled  # fused AdamW, torch.compile and CUDA graphs were measured in their ladders
+    # chapter 10's ladder measures all three; chapter 13 compiling and fused AdamW; chapter 15 times CUDA graphs on
+    # its forecasting step (forecasting.graph_step_timing); chapter 13 measures no CUDA graphs
+    for chapter in ("10_monitoring_and_profiling.ipynb", "13_translation_case_study.ipynb",
+                    "15_forecasting_case_study.ipynb"):
+        assert chapter in compiled
+    assert "graph_step_timing" in (pages.NOTEBOOKS / "15_forecasting_case_study.ipynb").read_text(encoding="utf-8")
+    assert "CUDA graphs" not in compiled.split("13_translation_case_study.ipynb)")[1].split(";")[0]
+    stack = next(line for line in lines if "**A sane stack**" in line)
+    assert "11_data_parallel.ipynb" in stack  # NCCL's all-reduce is chapter 11's
 
 
 def test_the_seeds_dated_tools_are_named_with_their_replacements(cells):

@@ -371,3 +371,26 @@ def test_unigram_loss_against_a_count_by_hand():
         C.unigram_loss(train.float(), heldout)
     with pytest.raises(TypeError, match="TranslatorDistillationPlan"):
         C.translator_distillation(prepared, plan={"teacher_steps": 1})
+
+
+@pytest.mark.parametrize("diffs, words", [
+    ((0.05, 0.03), "lower than the control on every seed"),
+    ((-0.05, -0.021), "higher than the control on every seed"),
+    ((0.01, -0.02), "within 0.02 nats of the control on every seed: no clear effect"),
+    ((0.0,), "within 0.02 nats of the control on every seed: no clear effect"),
+    ((0.05, 0.01), "lower on some seeds and higher on others: no effect beyond seed-to-seed noise"),
+    ((0.05, -0.05), "lower on some seeds and higher on others: no effect beyond seed-to-seed noise"),
+    ((-0.03, 0.0), "lower on some seeds and higher on others: no effect beyond seed-to-seed noise"),
+])
+def test_distillation_words_one_threshold_every_branch(diffs, words):
+    assert C.distillation_words(diffs, 0.02) == words
+
+
+def test_distillation_words_threshold_and_errors():
+    assert C.distillation_words((0.05, 0.03), threshold=0.04).startswith("lower on some seeds")
+    assert C.distillation_words((0.05, 0.03), threshold=0.1).startswith("within 0.1 nats")
+    for bad in ((), (float("nan"),)):
+        with pytest.raises(ValueError, match="one finite number per seed"):
+            C.distillation_words(bad)
+    with pytest.raises(ValueError, match="threshold"):
+        C.distillation_words((0.1,), threshold=-0.01)

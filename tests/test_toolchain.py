@@ -114,7 +114,8 @@ def test_gpu_without_nccl_or_triton():
 def test_rocm_and_mps_get_notes_not_problems():
     [rocm] = tc.diagnose_stack(cpu_report(build="ROCm (HIP)", hip_runtime="6.4", nccl="2.26.6", gpu_usable=True,
                                           gpu_name="AMD Instinct MI300X"))
-    assert rocm.startswith("note:") and "torch.cuda" in rocm and "MIOpen" in rocm and "TF32" in rocm
+    assert rocm.startswith("note:") and "torch.cuda" in rocm and "MIOpen" in rocm
+    assert "no TF32 on MI200" in rocm and "MI300 can use it" in rocm and "there is no TF32," not in rocm
     rows = dict((r[0], r[1]) for r in cpu_report(build="ROCm (HIP)", hip_runtime="6.4", cudnn=30400).rows())
     assert "cuDNN / MIOpen" in rows and "cuDNN" not in rows
     [mps] = tc.diagnose_stack(cpu_report(build="MPS", mps_available=True))
@@ -308,3 +309,20 @@ def test_fusion_halves_the_bytes_of_layer_norm_and_gelu():
     eager, fused = tc.fusion_prediction(4096, 4096, "H100 SXM")
     assert eager / fused == pytest.approx(2, rel=1e-3)
     assert fused == pytest.approx(2 * 4096 * 4096 * 4 / gpu_view.bandwidth("H100 SXM"), rel=1e-3)
+
+
+@pytest.mark.parametrize("cost, device, words", [
+    (1.0, "cpu", "cost nothing measurable"), (1.09, "cuda", "cost nothing measurable"),
+    (0.92, "cpu", "cost nothing measurable"), (1.1, "cuda", "slowed the step down"),
+    (1.5, "cpu", "slowed the step down"), (0.9, "cuda", "did not slow the step down"),
+])
+def test_determinism_cost_words_follow_the_value(cost, device, words):
+    assert tc.determinism_cost_words(cost, device) == words
+
+
+def test_determinism_cost_words_call_a_faster_cpu_noise_and_refuse_bad_input():
+    words = tc.determinism_cost_words(0.83, "cpu")
+    assert words.startswith("ran faster, which can only be noise here") and "change no kernel" in words
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="positive finite ratio"):
+            tc.determinism_cost_words(bad, "cpu")
