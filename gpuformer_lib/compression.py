@@ -388,14 +388,9 @@ def compare_quantization(model: nn.Module, heldout: Tensor, *, batch: int = 32, 
     torch_int8, texts = torch_quantize_dynamic(model)
     own_int8 = quantize_model(model)
     ids = lm_blocks(heldout, batch, block, seed=2 * 10**6)[:, :-1]  # (B, T)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.no_grad():
-            times = {name: bench.time_fn(lambda m=m: m(ids), warmup=warmup, repeats=repeats).median * 1e3
-                     for name, m in (("fp32", model), ("int8", torch_int8), ("own", own_int8))}
-    finally:
-        torch.set_num_threads(before)
+    with torch.no_grad(), bench.torch_threads(threads):
+        times = {name: bench.time_fn(lambda m=m: m(ids), warmup=warmup, repeats=repeats).median * 1e3
+                 for name, m in (("fp32", model), ("int8", torch_int8), ("own", own_int8))}
     losses = {name: heldout_loss(m, heldout, batches=loss_batches, batch=batch, block=block)
               for name, m in (("fp32", model), ("int8", torch_int8), ("own", own_int8))}
     return QuantizationComparison(

@@ -27,14 +27,13 @@ the ONNX part only; ``torch.export`` is part of PyTorch.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import logging
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -78,17 +77,7 @@ def _max_len(model: nn.Module) -> int:
     return int(getattr(config, "max_len", 4096))
 
 
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """PyTorch's intra-op CPU threads set to ``threads`` inside the block, restored after: eager and ONNX
-    Runtime are timed with the same number."""
-    bench._check_count("threads", threads, 1)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+torch_threads = bench.torch_threads  # kept under this name: deploy's callers use it
 
 
 def export_program(model: nn.Module, example_ids: Tensor, *, dynamic: bool = True) -> torch.export.ExportedProgram:
