@@ -9,6 +9,7 @@
 #   make lab      JupyterLab on the notebooks
 #   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one)
 #   make student  student copies of the notebooks (solutions removed) in _build/student
+#   make format   wrap the notebooks' code to the book's column (black, 79 characters; tests check the width)
 #   make grade SUBMISSIONS=dir [OUT=dir]   grade a class's notebooks (one folder or .ipynb per student):
 #                 OUT/grades.csv and OUT/feedback/<student>.md, OUT defaults to _build/grades
 
@@ -29,7 +30,7 @@ else
 PYTEST     := OMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider
 endif
 
-.PHONY: book test rehearse lab outputs student grade gpu-check clean
+.PHONY: book test rehearse lab outputs student grade format gpu-check clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "the course needs Python 3.10 or newer; set PYTHON=python3.X")'
@@ -73,6 +74,11 @@ student: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "make grade needs SUBMISSIONS=<folder holding one folder or one .ipynb per student>" >&2; exit 2; }
 	$(PY) -m gpuformer_lib.tools.grade "$(SUBMISSIONS)" --out "$(or $(OUT),_build/grades)" --jobs $(JOBS)
+
+# 79 characters: what the book's code column shows at 1280 px (tests/test_notebook_style.py); string splitting
+# is black's preview feature, so long messages are wrapped too. Changing code means re-executing (make outputs).
+format: $(STAMP)
+	$(PY) -m black --quiet --line-length 79 --preview --enable-unstable-feature string_processing notebooks/
 
 clean:
 	rm -rf _build

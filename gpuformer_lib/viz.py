@@ -20,7 +20,7 @@ import numpy as np
 
 
 class _PlainText:
-    """Shows a string without the quotes its repr would add, so prose reads '147 GFLOP/s'."""
+    """Shows a string without the quotes its repr would add (where myst-nb is missing, e.g. Colab)."""
 
     def __init__(self, text: str):
         self.text = text
@@ -32,19 +32,21 @@ class _PlainText:
 def glue(name: str, value: Any, display: bool = False) -> None:
     """Record ``value`` under ``name`` for the book (``{glue:text}`name` `` in a markdown cell).
 
-    Strings are glued without quotes. Without myst-nb the value is only displayed (when
-    ``display`` is true). Returns None, so a glue on a cell's last line adds no output.
+    Strings are glued as strings: their stored ``text/plain`` is the quoted ``repr``, which myst-nb's
+    ``format_plain_text`` turns back into the exact string with ``ast.literal_eval``. (An unquoted
+    "28,976" would be evaluated as the tuple ``(28, 976)``, and a ``\\t`` in "\\times" as a tab.)
+    Without myst-nb the value is only displayed (when ``display`` is true), unquoted. Returns None,
+    so a glue on a cell's last line adds no output.
     """
-    shown = _PlainText(value) if isinstance(value, str) else value
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
         if display:
             from IPython.display import display as ipy_display
 
-            ipy_display(shown)
+            ipy_display(_PlainText(value) if isinstance(value, str) else value)
         return
-    myst_glue(name, shown, display=display)
+    myst_glue(name, str(value) if isinstance(value, str) else value, display=display)
 
 
 def plot_roofline(

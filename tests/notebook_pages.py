@@ -5,6 +5,7 @@ The tests import it as ``from notebook_pages import ...``: ``tests/`` has no ``_
 folder on ``sys.path``.
 """
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -57,6 +58,15 @@ def outputs(cells, mimes=("text/plain",), sep="\n") -> str:
     return sep.join(p for p in pieces if p)
 
 
+def _unquoted(text: str) -> str:
+    """A stored string as the book shows it: myst-nb evaluates the repr (``'28,976'`` -> ``28,976``)."""
+    try:
+        value = ast.literal_eval(text)
+    except (SyntaxError, ValueError):
+        return text.strip("'\"")
+    return value if isinstance(value, str) else text
+
+
 def glued(cells, strip_quotes: bool = True) -> dict[str, str]:
     """Glue name -> the value it stored (its papermill record, else its text/plain), read from the outputs whose
     ``metadata.scrapbook.name`` is set; with ``strip_quotes`` a string's repr quotes are taken off."""
@@ -67,7 +77,7 @@ def glued(cells, strip_quotes: bool = True) -> dict[str, str]:
             if name:
                 data = out.get("data", {})
                 value = _joined(data.get(RECORD, data.get("text/plain", "")))
-                values[name] = value.strip("'\"") if strip_quotes else value
+                values[name] = _unquoted(value) if strip_quotes else value
     return values
 
 
