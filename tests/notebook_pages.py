@@ -36,8 +36,39 @@ def cells_fixture(name: str):
 
 
 def text(cells, kind: str) -> str:
-    """The sources of the ``kind`` cells ("markdown" or "code"), one per line."""
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind)
+    """The sources of the ``kind`` cells ("markdown" or "code"), one per line. Code is given with each bracketed
+    call on one line (:func:`joined_code`), as tests search it for calls."""
+    sources = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind)
+    return joined_code(sources) if kind == "code" else sources
+
+
+def joined_code(source: str) -> str:
+    """``source`` with the line breaks that a formatter puts inside brackets taken out: ``glue(\\n    "x",\\n    v,\\n)``
+    reads ``glue("x", v)``, and strings split over lines are joined (``"a"\\n    " b"`` reads ``"a b"``)."""
+    source = re.sub(r"([(\[{])[ \t]*\n\s*", r"\1", source)  # an opening bracket's line break
+    source = re.sub(r",?[ \t]*\n\s*([)\]}])", r"\1", source)  # a closing bracket on its own line
+    source = re.sub(r",[ \t]*\n\s*", ", ", source)  # one argument per line
+    source = re.sub(r"(?<=[\"'])[ \t]*\n\s*(?=[+]?\s*f?[\"'])", " ", source)  # strings on consecutive lines
+    source = re.sub(r"\n\s*((?:[-+*/%]|and|or|if|else|for|in)\s)", r" \1", source)  # an operator starting a line
+    source = re.sub(r"([\"'])\s+(?:\+\s+)?f?([\"'])", lambda m: "" if m.group(1) == m.group(2) else m.group(0),
+                    source)  # "a" "b" -> "ab", "a" + f"b" -> "ab"
+    return _unwrapped_asserts(source)
+
+
+def _unwrapped_asserts(source: str) -> str:
+    """``assert (x == y), "why"`` (a formatter's wrapping of a long assert) reads ``assert x == y, "why"``."""
+    out, start = [], 0
+    for match in re.finditer(r"\bassert \(", source):
+        depth, i = 0, match.end() - 1
+        while i < len(source):
+            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        if i < len(source) and source[i + 1:i + 2] in (",", "\n", ""):
+            out += [source[start:match.start()], "assert ", source[match.end():i]]
+            start = i + 1
+    return "".join(out) + source[start:]
 
 
 def glue_uses(cells) -> set[str]:

@@ -9,7 +9,7 @@ cells = pages.cells_fixture("04_multi_head_attention.ipynb")
 
 
 def _cell(cells, cell_id):
-    return "".join(next(c for c in cells if c.get("id") == cell_id)["source"])
+    return pages.joined_code("".join(next(c for c in cells if c.get("id") == cell_id)["source"]))
 
 
 def _outputs(cells, cell_id):

@@ -57,7 +57,8 @@ def test_out_of_memory_cell_uses_the_library_cap(cells):
 
 def test_calculator_table_shows_saved_tensors_and_the_lower_predicted_peak(cells):
     for cell in cells:
-        if cell["cell_type"] == "code" and "largest_batch(lambda b: predicted_peak(" in "".join(cell["source"]):
+        if cell["cell_type"] == "code" and "largest_batch(lambda b: predicted_peak(" in pages.joined_code(
+                "".join(cell["source"])):
             out = _outputs(cell)
             break
     else:

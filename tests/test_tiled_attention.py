@@ -9,6 +9,8 @@ import torch.nn.functional as F
 
 from gpuformer_lib import attention, tiled_attention as ta
 
+import notebook_pages as pages
+
 
 def _reference(q, k, v, is_causal=False):
     """Attention in float64, written out."""
@@ -176,7 +178,7 @@ def test_chapter_3_prose_keeps_the_review_fixes():
 
     nb = json.loads((Path(__file__).parents[1] / "notebooks" / "03_attention.ipynb").read_text(encoding="utf-8"))
     prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    code = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    code = pages.text(nb["cells"], "code")
     for wrong in ("all but vanished", "on a GPU that is a FlashAttention kernel", "chapter 10 explains how",
                   "keep the time but not", "fused function was"):
         assert wrong not in prose, wrong
