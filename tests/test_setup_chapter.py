@@ -59,8 +59,8 @@ def code(name: str) -> str:
     return pages.text(cells(name), "code")
 
 
-def test_the_seed_article_is_pointed_at_for_a_newcomer():
-    assert "second seed article (see the {doc}`introduction" in markdown(SETUP)
+def test_the_article_the_course_started_from_is_pointed_at_for_a_newcomer():
+    assert "second of the articles this course started from (see the {doc}`introduction" in markdown(SETUP)
 
 
 def test_no_profile_or_registry_number_is_typed_in_the_prose():
