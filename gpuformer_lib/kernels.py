@@ -1,4 +1,5 @@
-"""The course's own GPU kernels, written in Triton, and the CUDA C kernel of the second seed article.
+"""The course's own GPU kernels, written in Triton, and the CUDA C kernel of the second article this course
+started from.
 
 Covers: vector add (with the tail masked), a strided copy (for coalescing), a row-wise fused
 softmax, a tiled matrix product (``tl.dot``), and a grid-stride ``add`` in CUDA C compiled with
@@ -276,7 +277,7 @@ CUDA_ADD_SOURCE = r"""
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
-// The second seed article's kernel: y = x + y with a grid-stride loop.
+// The kernel of the second article this course started from: y = x + y with a grid-stride loop.
 __global__ void add_kernel(int64_t n, const float *x, float *y) {
     // 64-bit indices: a tensor may hold more than 2^31 elements
     int64_t index = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;  // this thread's first element

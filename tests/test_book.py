@@ -1,40 +1,19 @@
 """The book builds with warnings treated as errors and shows the stored outputs."""
 
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
+from book_build import build_book
+from gpuformer_lib.tools.notebooks import notebook_paths
 
 pytestmark = pytest.mark.book
 
 
 @pytest.fixture(scope="module")
 def html(tmp_path_factory) -> Path:
-    jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    if not jupyter_book.exists():
-        jupyter_book = shutil.which("jupyter-book")
-    assert jupyter_book, "jupyter-book is not installed: run `make test`, which installs requirements.txt"
-    # Build a copy of the sources, with the stray markdown that tools leave in hidden folders
-    # (pytest's cache, a virtual environment), which must not break the build.
-    src = tmp_path_factory.mktemp("src")
-    for name in ("_config.yml", "_toc.yml", "book", "notebooks", "gpuformer_lib", "scripts"):
-        copy = shutil.copytree if (REPO_ROOT / name).is_dir() else shutil.copy2
-        copy(REPO_ROOT / name, src / name)
-    for stray in (".pytest_cache/README.md", ".venv/lib/README.md"):
-        (src / stray).parent.mkdir(parents=True)
-        (src / stray).write_text("# not part of the book\n")
-    out = tmp_path_factory.mktemp("book")
-    result = subprocess.run(
-        [str(jupyter_book), "build", str(src), "--path-output", str(out), "--warningiserror", "--all"],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, f"book build failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
-    return out / "_build" / "html"
+    return build_book(tmp_path_factory)
 
 
 def test_index_and_every_chapter_are_built(html):

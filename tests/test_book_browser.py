@@ -1,0 +1,313 @@
+"""The built book as a reader sees it, in Debian's Chromium driven by Playwright, with no network.
+
+Every page in the table of contents loads with content and no console error; math is typeset by the
+MathJax shipped with the book; figures have a size; the ☰ button opens the chapter list on a phone;
+chapter 3's explorer changes its picture when a slider moves; chapter 9's calculator recomputes in
+the page; code blocks fit the column. Screenshots go to ``_build/screenshots``.
+
+Skips, saying why, where Playwright or Chromium is missing (``.ci/run`` installs both). Never runs
+``playwright install``, which would download a browser.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from book_build import build_book
+from gpuformer_lib.tools.notebooks import REPO_ROOT
+
+pytestmark = pytest.mark.book
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
+OVERFLOW_SHARE = 0.10
+"""Largest share of a page's code blocks (cells and outputs) that may scroll sideways at 1280 px."""
+
+REQUIRED = os.environ.get("GPUFORMER_REQUIRE_BROWSER") == "1"
+"""Set by ``.ci/run``: there a missing browser fails the run instead of skipping the test."""
+
+
+def _missing(reason: str) -> None:
+    if REQUIRED:
+        raise RuntimeError(f"{reason} (GPUFORMER_REQUIRE_BROWSER=1 asks for the browser test)")
+    pytest.skip(reason, allow_module_level=True)
+
+
+try:
+    from playwright import sync_api
+except ImportError:
+    _missing("Playwright is not installed: pip install playwright (the Python package only; the tests drive "
+             "Debian's chromium)")
+if not Path(CHROMIUM).exists():
+    _missing("Debian's chromium is not installed: apt-get install chromium (.ci/run installs it)")
+
+
+def toc_pages() -> list[str]:
+    """The HTML path of every page in ``_toc.yml``, root first."""
+    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [chapter["file"] for chapter in part.get("chapters", [])]
+    return [f"{page}.html" for page in pages]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The built book served on 127.0.0.1 (search and MathJax's fonts need http, not file://)."""
+    root = build_book(tmp_path_factory)
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A page opened offline: requests leaving 127.0.0.1 (or file://) are refused and recorded, console errors
+    and uncaught exceptions recorded."""
+
+    def __init__(self, browser, width: int = 1280, height: int = 900):
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.external: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"request failed: {r.url}")
+                     if r.url not in self.external else None)
+        self.page.on("response", lambda r: self.errors.append(f"{r.status}: {r.url}") if r.status >= 400 else None)
+        self.context.route("**/*", self._offline)
+
+    def _offline(self, route):
+        url = route.request.url
+        if url.startswith(("http://127.0.0.1", "file://", "data:", "blob:")):
+            route.continue_()
+        else:
+            self.external.append(url)
+            route.abort()
+
+    def open(self, url: str):
+        self.page.goto(url, wait_until="load")
+        self.page.wait_for_load_state("networkidle")
+        # MathJax typesets after load: wait for it where the page has math
+        self.page.wait_for_function("() => !window.MathJax || !MathJax.startup || !MathJax.startup.promise "
+                                    "|| MathJax.startup.promise.then(() => true)")
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / name))
+
+
+ARTICLE_TEXT = "() => (document.querySelector('article.bd-article') || document.body).innerText"
+PROSE_TEXT = ("() => { const a = (document.querySelector('article.bd-article') || document.body).cloneNode(true); "
+              "a.querySelectorAll('pre, code, .cell_output, mjx-container').forEach(e => e.remove()); "
+              "return a.textContent; }")
+"""The prose alone: code may hold a backslash-parenthesis, typeset math holds its TeX for assistive tools."""
+
+
+def test_every_page_loads_offline_with_content_math_and_figures(site, browser):
+    root, base = site
+    problems, formulas = [], 0
+    view = Page(browser)
+    try:
+        for path in toc_pages():
+            assert (root / path).exists(), f"{path} was not built"
+            page = view.open(f"{base}/{path}")
+            text = page.evaluate(ARTICLE_TEXT)
+            if len(text) < 500:
+                problems.append(f"{path}: only {len(text)} characters of content")
+            prose = page.evaluate(PROSE_TEXT)
+            raw = [marker for marker in ("\\(", "\\[", "$$") if marker in prose]
+            if raw:
+                problems.append(f"{path}: raw TeX left untypeset ({', '.join(raw)})")
+            formulas += page.locator("mjx-container").count()
+            for img in page.evaluate("() => [...document.querySelectorAll('article img')].map(i => "
+                                     "[i.currentSrc, i.naturalWidth, i.getBoundingClientRect().width])"):
+                src, natural, shown = img
+                if not natural or not shown:
+                    problems.append(f"{path}: figure {src[-60:]} has no size ({natural} px, shown {shown} px)")
+            if view.errors:
+                problems.append(f"{path}: console errors {view.errors[:3]}")
+                view.errors.clear()
+            if view.external:
+                problems.append(f"{path}: asked the network for {sorted(set(view.external))[:3]}")
+                view.external.clear()
+    finally:
+        view.close()
+    assert not problems, "\n".join(problems)
+    assert formulas > 100, f"only {formulas} formulas were typeset in the whole book"
+
+
+def test_math_is_typeset_from_a_file_url_too(site, browser):
+    root, _ = site
+    view = Page(browser)
+    try:
+        page = view.open((root / "notebooks" / "03_attention.html").as_uri())
+        assert page.locator("mjx-container").count() > 10
+        assert "\\(" not in page.evaluate(PROSE_TEXT)
+        heading = page.locator("h2:has(mjx-container)").first
+        heading.scroll_into_view_if_needed()
+        shot(page, "03_formula_in_a_heading_offline.png")
+        assert not view.external, f"asked the network for {view.external[:3]}"
+    finally:
+        view.close()
+
+
+def test_the_sidebar_opens_from_the_menu_button_on_a_phone(site, browser):
+    _, base = site
+    view = Page(browser, width=400, height=800)
+    try:
+        page = view.open(f"{base}/notebooks/03_attention.html")
+        sidebar = page.locator("#pst-primary-sidebar")
+        chapter_link = sidebar.locator("a[href*='09_memory_and_accumulation']").first
+        assert not chapter_link.is_visible() or not _in_viewport(page, chapter_link), \
+            "the chapter list is already open on a phone"
+        button = page.locator("button.primary-toggle:visible").first
+        assert button.count(), "no visible ☰ button at 400 px"
+        button.click()
+        page.wait_for_timeout(400)
+        assert chapter_link.is_visible() and _in_viewport(page, chapter_link), \
+            "the ☰ button did not open the chapter list"
+        shot(page, "03_phone_sidebar_open.png")
+        page.keyboard.press("Escape")
+        secondary = page.locator("button.secondary-toggle:visible, button.pst-navbar-icon.secondary-toggle:visible")
+        if secondary.count():
+            secondary.first.click()
+            page.wait_for_timeout(400)
+            toc = page.locator("#pst-secondary-sidebar a").first
+            assert toc.is_visible() and _in_viewport(page, toc), "the page-contents button did not open them"
+        assert not view.errors, view.errors[:3]
+    finally:
+        view.close()
+
+
+def _in_viewport(page, locator) -> bool:
+    box = locator.bounding_box()
+    width = page.viewport_size["width"]
+    return bool(box) and box["x"] >= 0 and box["x"] + box["width"] <= width + 1 and box["width"] > 0
+
+
+def test_one_search_field_shows_at_desktop_width(site, browser):
+    _, base = site
+    view = Page(browser)
+    try:
+        page = view.open(f"{base}/notebooks/03_attention.html")
+        shown = page.evaluate("() => [...document.querySelectorAll('form.bd-search, .search-button-field, "
+                              "button.search-button')].filter(e => e.offsetParent !== null && "
+                              "e.getBoundingClientRect().height > 0).length")
+        assert shown == 1, f"{shown} search fields or buttons show at 1280 px"
+    finally:
+        view.close()
+
+
+def test_chapter_3_sliders_change_the_picture(site, browser):
+    _, base = site
+    view = Page(browser)
+    try:
+        page = view.open(f"{base}/notebooks/03_attention.html")
+        explorer = page.locator(".widget-hbox").filter(has=page.locator(".widget-slider")).first
+        explorer.wait_for(timeout=15000)
+        explorer.scroll_into_view_if_needed()
+        visible = ("(root) => [...root.querySelectorAll('img')].filter(i => i.offsetParent !== null)"
+                   ".map(i => i.src.slice(-40)).join('|')")
+        before = explorer.evaluate(visible)
+        handle = explorer.locator(".noUi-handle, .slider-container input, input[type=range]").first
+        handle.focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_timeout(300)
+        after = explorer.evaluate(visible)
+        assert before and after != before, "moving the head slider did not change the picture"
+        shot(page, "03_explorer_after_slider.png")
+        assert not view.errors, view.errors[:3]
+    finally:
+        view.close()
+
+
+def test_chapter_9_calculator_recomputes_in_the_page(site, browser):
+    _, base = site
+    view = Page(browser)
+    try:
+        page = view.open(f"{base}/notebooks/09_memory_and_accumulation.html")
+        calculator = page.locator(".gpuformer-memcalc").first
+        calculator.scroll_into_view_if_needed()
+        result = calculator.locator(".gpuformer-memcalc-result")
+        before = result.inner_text()
+        shot(page, "09_calculator_before.png")
+        model = calculator.locator("select").first
+        options = model.locator("option").all_inner_texts()
+        model.select_option(label=options[-1])
+        page.wait_for_timeout(200)
+        after = result.inner_text()
+        assert after != before, "the calculator's result did not change with the model"
+        assert options[-1].split(" (")[0] in after, f"the result does not name {options[-1]}"
+        shot(page, "09_calculator_after.png")
+        assert not view.errors, view.errors[:3]
+    finally:
+        view.close()
+
+
+def test_widgets_fit_a_phone_screen(site, browser):
+    _, base = site
+    view = Page(browser, width=400, height=800)
+    try:
+        for path, selector in (("notebooks/03_attention.html", ".jupyter-widgets.widget-hbox"),
+                               ("notebooks/09_memory_and_accumulation.html", ".gpuformer-memcalc")):
+            page = view.open(f"{base}/{path}")
+            right = page.evaluate(f"() => Math.max(...[...document.querySelectorAll('{selector}')]"
+                                  ".map(e => e.getBoundingClientRect().right))")
+            assert right <= 400 + 1, f"{path}: a widget reaches {right:.0f} px, past the phone's 400 px"
+            wide = page.evaluate("() => document.documentElement.scrollWidth")
+            assert wide <= 400 + 1, f"{path}: the page scrolls sideways on a phone ({wide} px wide)"
+    finally:
+        view.close()
+
+
+def test_code_blocks_fit_the_column(site, browser):
+    _, base = site
+    view = Page(browser)
+    problems = []
+    try:
+        for path in toc_pages():
+            if not path.startswith("notebooks/"):
+                continue
+            page = view.open(f"{base}/{path}")
+            inputs, outputs = page.evaluate(
+                "() => ['.cell_input pre', '.cell_output pre'].map(s => [...document.querySelectorAll(s)]"
+                ".map(p => p.scrollWidth > p.clientWidth + 1))")
+            if any(inputs):
+                problems.append(f"{path}: {sum(inputs)} of {len(inputs)} code cells scroll sideways")
+            blocks = inputs + outputs
+            if blocks and sum(blocks) / len(blocks) > OVERFLOW_SHARE:
+                problems.append(f"{path}: {sum(blocks)} of {len(blocks)} code blocks scroll sideways "
+                                f"(more than {OVERFLOW_SHARE:.0%})")
+    finally:
+        view.close()
+    assert not problems, "\n".join(problems)
