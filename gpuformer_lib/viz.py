@@ -6,17 +6,29 @@ static book because every view is rendered ahead of time and the controls are li
 browser; and :func:`glue`, which hands a measured value to the book's prose through myst-nb (so
 no number in the text is typed by hand) and still works where myst-nb is not installed (Colab).
 
+Also chapter 9's memory calculator (:func:`memory_calculator`): HTML controls and a script that
+recomputes in the page, so it works in the static book without a kernel; its formulas are ported to
+``js/memory_calculator.js`` and tested against ``memory``'s on a grid of every control value.
+
 Leaves out: the roofline arithmetic itself (``bench``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import html
+import importlib.resources
 import io
+import itertools
+import json
 import math
+import uuid
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+
+from gpuformer_lib._checks import require_bools
 
 
 class _PlainText:
@@ -198,8 +210,8 @@ def memory_report_html(memory, gpu_gib: float | None = None, title: str = "", pe
         width = 100 * value / total
         bar = (f'<div style="background:#4c72b0;height:0.8em;width:{min(width, 100):.1f}%"></div>'
                if name not in ("total", "saved tensors") and not name.startswith("predicted peak") else "")
-        rows.append(f"<tr><td>{name.replace('_', ' ')}</td><td style='text-align:right'>{value / 2**30:.2f} GiB</td>"
-                    f"<td style='width:50%'>{bar}</td></tr>")
+        rows.append(f"<tr><td>{name.replace('_', ' ')}</td><td style='text-align:right;white-space:nowrap'>"
+                    f"{value / 2**30:.2f} GiB</td><td style='width:50%'>{bar}</td></tr>")
     verdict = ""
     if gpu_gib:
         spare = gpu_gib - (memory.total if peak is None else peak.peak) / 2**30
@@ -210,75 +222,222 @@ def memory_report_html(memory, gpu_gib: float | None = None, title: str = "", pe
     return f"{head}<table>{''.join(rows)}</table>{verdict}"
 
 
-def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_len: int = 1024):
-    """An ipywidgets calculator of training memory (``memory.training_memory``) for a ``DecoderLM``:
-    model, micro-batch, sequence length, precision, optimizer, attention kernel, activation
-    checkpointing, ZeRO stage and ranks, and a GPU to compare with.
+CALCULATOR_SEQ_LENS = (128, 256, 512, 1024, 2048, 4096, 8192)
+"""The sequence lengths the calculator offers."""
 
-    ``models`` maps a name to a ``TransformerConfig`` (default: GPT-2 small, medium and XL sizes).
-    Parameters are counted exactly on a model built on the ``meta`` device (no memory allocated).
-    The result is an HTML widget, so the book shows the first setting; the controls recompute in a
-    running notebook.
-    """
-    import ipywidgets as widgets
+CALCULATOR_MAX_MICRO_BATCH = 64
+"""The micro-batch slider's end (it starts at 1)."""
+
+CALCULATOR_OPTIMIZERS = ("adamw", "sgd_momentum", "sgd")
+"""The optimizers the calculator offers (``training_memory``'s names)."""
+
+CALCULATOR_SHARDING = {"none": 0, "ZeRO-1: optimizer": 1, "ZeRO-2: + gradients": 2, "ZeRO-3 / FSDP: + weights": 3}
+"""Sharding choices: the ZeRO stage, each sharding one more state over the ranks."""
+
+CALCULATOR_RANKS = (1, 2, 4, 8, 16, 64)
+"""The rank counts the calculator offers to shard over (used with a ZeRO stage only)."""
+
+_EXACT_IN_PAGE = 2**53 // 100
+"""Largest byte count the page's script shows exactly: it computes in doubles, exact to 2^53, and the bars'
+widths take 100 times a row (as Python's ``100 * value / total`` does, with ints)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CalculatorChoice:
+    """One setting of the memory calculator's controls, named as the page's script names them."""
+
+    model: str
+    """A name in the calculator's ``models``."""
+    batch_size: int = 8
+    """The micro-batch, 1 to ``CALCULATOR_MAX_MICRO_BATCH``."""
+    seq_len: int = 1024
+    """Tokens per sequence, one of ``CALCULATOR_SEQ_LENS``."""
+    precision: str = "fp32"
+    """A name in ``PRECISION_SETTINGS``."""
+    optimizer: str = "adamw"
+    """One of ``CALCULATOR_OPTIMIZERS``."""
+    fused_attention: bool = True
+    """Fused (flash) attention, else explicit attention with its (T, T) tensors."""
+    checkpointing: bool = False
+    """Activation checkpointing: each layer keeps its input only."""
+    sharding: int = 0
+    """The ZeRO stage, a value of ``CALCULATOR_SHARDING`` (0: nothing sharded)."""
+    ranks: int = 8
+    """Ranks the sharded states are split over, one of ``CALCULATOR_RANKS``; ignored at stage 0."""
+    gpu: str = "A100 80GB / H100 80GB"
+    """A name in ``GPU_MEMORY_GIB``, to compare with."""
+
+    def __post_init__(self):
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or \
+                not 1 <= self.batch_size <= CALCULATOR_MAX_MICRO_BATCH:
+            raise ValueError(f"batch_size must be an int from 1 to {CALCULATOR_MAX_MICRO_BATCH} (the slider's "
+                             f"range), got {self.batch_size!r}")
+        for name, allowed in (("seq_len", CALCULATOR_SEQ_LENS), ("precision", tuple(PRECISION_SETTINGS)),
+                              ("optimizer", CALCULATOR_OPTIMIZERS), ("sharding", tuple(CALCULATOR_SHARDING.values())),
+                              ("ranks", CALCULATOR_RANKS), ("gpu", tuple(GPU_MEMORY_GIB))):
+            value = getattr(self, name)
+            if isinstance(value, bool) or type(value) is not type(allowed[0]) or value not in allowed:
+                raise ValueError(f"{name} must be one of the calculator's choices {list(allowed)}, got {value!r}")
+        require_bools(fused_attention=self.fused_attention, checkpointing=self.checkpointing)
+
+
+def calculator_data(models: dict | None = None) -> dict:
+    """What the calculator's page script needs, as plain JSON-ready values: per model (a name to a
+    ``TransformerConfig``; default: GPT-2 small, medium and XL) its parameters, counted exactly on a model
+    built on the ``meta`` device (no memory allocated), and its sizes; ``PRECISION_SETTINGS``, the optimizers'
+    state bytes per parameter (from ``training_memory``) and ``GPU_MEMORY_GIB``. Python's result
+    (:func:`calculator_report_html`) is computed from the same dict, so the two cannot read different inputs.
+
+    Raises ``ValueError`` for a model so large that the page, which computes in doubles, could not show every
+    setting exactly."""
     import torch
 
     from gpuformer_lib.memory import predicted_peak, training_memory
-    from gpuformer_lib.model import DecoderLM, count_parameters, gpt2_config
+    from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters, gpt2_config
 
     if models is None:
         models = {"GPT-2 small (12 x 768)": gpt2_config(), "GPT-2 medium (24 x 1024)": gpt2_config(1024, 24, 16),
                   "GPT-2 XL (48 x 1600)": gpt2_config(1600, 48, 25)}
-    counts = {}
+    if not isinstance(models, dict):
+        raise TypeError(f"models must be a dict of a name to a TransformerConfig, got {type(models).__name__}")
+    if not models:
+        raise ValueError("models is empty: give the calculator at least one model (or None for GPT-2's sizes)")
+    data = {"models": {}, "precisions": {}, "gpus": dict(GPU_MEMORY_GIB),
+            "optimizer_state_bytes": {name: training_memory(1, optimizer=name).optimizer
+                                      for name in CALCULATOR_OPTIMIZERS}}
+    for name, setting in PRECISION_SETTINGS.items():
+        data["precisions"][name] = {"param_bytes": setting["param_bytes"],
+                                    "activation_bytes": setting["activation_bytes"],
+                                    "autocast": setting.get("autocast", False),
+                                    "master_weights": setting.get("master_weights", False)}
+    for name, config in models.items():
+        if not isinstance(name, str) or not isinstance(config, TransformerConfig):
+            raise TypeError(f"models maps a name (str) to a TransformerConfig, got {name!r}: "
+                            f"{type(config).__name__}")
+        with torch.device("meta"):
+            n_params = count_parameters(DecoderLM(config))
+        data["models"][name] = {"n_params": n_params, "n_layers": config.n_decoder_layers,
+                                "d_model": config.d_model, "n_heads": config.n_heads, "d_ff": config.d_ff,
+                                "vocab_size": config.vocab_size}
+        # the largest values any setting shows: the longest batch, nothing sharded, each precision and kernel
+        for precision, fused, checkpointing in itertools.product(PRECISION_SETTINGS, (True, False), (True, False)):
+            choice = CalculatorChoice(name, batch_size=CALCULATOR_MAX_MICRO_BATCH, seq_len=max(CALCULATOR_SEQ_LENS),
+                                      precision=precision, fused_attention=fused, checkpointing=checkpointing)
+            settings = calculator_settings(data, choice)
+            largest = max(training_memory(n_params, **settings).total, predicted_peak(n_params, **settings).peak)
+            if largest > _EXACT_IN_PAGE:
+                raise ValueError(f"{name}: up to {largest:,} bytes, more than the page's script computes exactly "
+                                 f"({_EXACT_IN_PAGE:,}, doubles): use a smaller model")
+    return data
 
-    def n_params(name: str) -> int:
-        if name not in counts:
-            with torch.device("meta"):
-                counts[name] = count_parameters(DecoderLM(models[name]))
-        return counts[name]
 
-    style = {"description_width": "120px"}
-    layout = widgets.Layout(width="330px")
-    model = widgets.Dropdown(options=list(models), description="model", style=style, layout=layout)
-    batch = widgets.IntSlider(batch_size, 1, 64, description="micro-batch", style=style, layout=layout)
-    length = widgets.Dropdown(options=[128, 256, 512, 1024, 2048, 4096, 8192], value=seq_len,
-                              description="sequence length", style=style, layout=layout)
-    precision = widgets.Dropdown(options=list(PRECISION_SETTINGS), description="precision", style=style,
-                                 layout=layout)
-    optimizer = widgets.Dropdown(options=["adamw", "sgd_momentum", "sgd"], description="optimizer", style=style,
-                                 layout=layout)
-    fused = widgets.Checkbox(True, description="fused (flash) attention", style=style)
-    checkpointing = widgets.Checkbox(False, description="activation checkpointing", style=style)
-    zero = widgets.Dropdown(options=[("none", 0), ("ZeRO-1: optimizer", 1), ("ZeRO-2: + gradients", 2),
-                                     ("ZeRO-3 / FSDP: + weights", 3)], description="sharding", style=style,
-                            layout=layout)
-    ranks = widgets.Dropdown(options=[1, 2, 4, 8, 16, 64], value=8, description="ranks sharded over", style=style,
-                             layout=layout)
-    gpu = widgets.Dropdown(options=list(GPU_MEMORY_GIB), value="A100 80GB / H100 80GB", description="GPU",
-                           style=style, layout=layout)
-    out = widgets.HTML()
+def calculator_settings(data: dict, choice: CalculatorChoice) -> dict:
+    """``training_memory``'s (and ``predicted_peak``'s) arguments for one setting of the calculator."""
+    if choice.model not in data["models"]:
+        raise ValueError(f"model must be one of the calculator's models {list(data['models'])}, got {choice.model!r}")
+    model, stage = data["models"][choice.model], choice.sharding
+    ranks = choice.ranks if stage else 1
+    return dict(optimizer=choice.optimizer, n_layers=model["n_layers"], d_model=model["d_model"],
+                n_heads=model["n_heads"], d_ff=model["d_ff"], seq_len=choice.seq_len, batch_size=choice.batch_size,
+                vocab_size=model["vocab_size"], fused_attention=choice.fused_attention,
+                checkpointing=choice.checkpointing, shard_optimizer=ranks if stage >= 1 else 1,
+                shard_gradients=ranks if stage >= 2 else 1, shard_weights=ranks if stage >= 3 else 1,
+                **PRECISION_SETTINGS[choice.precision])
 
-    def update(_=None) -> None:
-        c = models[model.value]
-        stage, n = zero.value, ranks.value if zero.value else 1
-        settings = dict(
-            optimizer=optimizer.value, n_layers=c.n_decoder_layers, d_model=c.d_model,
-            n_heads=c.n_heads, d_ff=c.d_ff, seq_len=length.value, batch_size=batch.value, vocab_size=c.vocab_size,
-            fused_attention=fused.value, checkpointing=checkpointing.value, shard_optimizer=n if stage >= 1 else 1,
-            shard_gradients=n if stage >= 2 else 1, shard_weights=n if stage >= 3 else 1,
-            **PRECISION_SETTINGS[precision.value])
-        mem = training_memory(n_params(model.value), **settings)
-        peak = predicted_peak(n_params(model.value), **settings)
-        title = (f"{model.value}: {n_params(model.value) / 1e6:.0f} M parameters, {batch.value} x {length.value} "
-                 "tokens per micro-batch, per GPU")
-        out.value = memory_report_html(mem, GPU_MEMORY_GIB[gpu.value], title, peak=peak)
 
-    controls = [model, batch, length, precision, optimizer, fused, checkpointing, zero, ranks, gpu]
-    for control in controls:
-        control.observe(update, names="value")
-    update()
-    half = (len(controls) + 1) // 2
-    return widgets.VBox([widgets.HBox([widgets.VBox(controls[:half]), widgets.VBox(controls[half:])]), out])
+def calculator_report_html(data: dict, choice: CalculatorChoice) -> str:
+    """The calculator's result for one setting: ``memory_report_html`` of the saved tensors and the predicted
+    peak, titled with the model and the micro-batch (the page's script writes the same, character for
+    character)."""
+    from gpuformer_lib.memory import predicted_peak, training_memory
+
+    settings = calculator_settings(data, choice)
+    n_params = data["models"][choice.model]["n_params"]
+    title = (f"{html.escape(choice.model)}: {n_params / 1e6:.0f} M parameters, {choice.batch_size} x "
+             f"{choice.seq_len} tokens per micro-batch, per GPU")
+    return memory_report_html(training_memory(n_params, **settings), data["gpus"][choice.gpu], title,
+                              peak=predicted_peak(n_params, **settings))
+
+
+def memory_calculator_script() -> str:
+    """The source of the page's script (``gpuformer_lib/js/memory_calculator.js``): the calculator's formulas
+    and ``memory_report_html`` ported to JavaScript."""
+    return importlib.resources.files("gpuformer_lib").joinpath("js/memory_calculator.js").read_text(encoding="utf-8")
+
+
+def _field(label: str, control: str, *, checkbox: bool = False) -> str:
+    """One labelled control; the fields wrap onto as many lines as the page's width needs."""
+    if checkbox:
+        return (f'<label style="display:flex;align-items:center;gap:0.4em;flex:1 1 14em;min-width:0;'
+                f'max-width:100%">{control}<span>{label}</span></label>')
+    return (f'<label style="display:flex;flex-direction:column;flex:1 1 14em;min-width:0;max-width:100%">'
+            f'<span>{label}</span>{control}</label>')
+
+
+def _select(uid: str, name: str, options, chosen) -> str:
+    """A ``<select>`` of ``(label, value)`` pairs, disabled until the page's script enables it."""
+    items = "".join(f'<option value="{html.escape(str(value))}"{" selected" if value == chosen else ""}>'
+                    f'{html.escape(str(label))}</option>' for label, value in options)
+    return (f'<select id="{uid}-{name}" data-control="{name}" disabled '
+            f'style="width:100%;max-width:100%;box-sizing:border-box">{items}</select>')
+
+
+def _checkbox(uid: str, name: str, checked: bool) -> str:
+    return f'<input type="checkbox" id="{uid}-{name}" data-control="{name}"{" checked" if checked else ""} disabled>'
+
+
+def memory_calculator(models: dict | None = None, *, batch_size: int = 8, seq_len: int = 1024):
+    """A calculator of training memory (``memory.training_memory`` and ``memory.predicted_peak``) for a
+    ``DecoderLM``: model, micro-batch, sequence length, precision, optimizer, attention kernel, activation
+    checkpointing, ZeRO stage and ranks, and a GPU to compare with.
+
+    ``models`` maps a name to a ``TransformerConfig`` (default: GPT-2 small, medium and XL sizes); see
+    :func:`calculator_data`. Returns an ``IPython.display.HTML``: native HTML controls and a script that
+    recomputes the result in the page (the formulas ported to ``gpuformer_lib/js/memory_calculator.js`` and
+    tested against the Python on a grid of every control value), so it works without a kernel: in the
+    static book, in JupyterLab, and in any front end that runs an HTML output's scripts (Colab does). The
+    first result is computed here, in Python, so the page shows a correct result even where no script runs
+    (JavaScript off, a notebook Jupyter does not trust, a notebook viewer); there the controls stay
+    disabled and a note says why. Each call gets its own element ids, so several calculators work on one
+    page.
+    """
+    from IPython.display import HTML
+
+    data = calculator_data(models)
+    first = CalculatorChoice(next(iter(data["models"])), batch_size=batch_size, seq_len=seq_len)
+    uid = f"gpuformer-memcalc-{uuid.uuid4().hex[:12]}"
+    batch = (f'<input type="range" id="{uid}-batch_size" data-control="batch_size" min="1" '
+             f'max="{CALCULATOR_MAX_MICRO_BATCH}" step="1" value="{batch_size}" disabled '
+             f'style="width:100%;max-width:100%;box-sizing:border-box;margin:0.3em 0">')
+    fields = [
+        _field("model", _select(uid, "model", [(name, name) for name in data["models"]], first.model)),
+        _field(f'micro-batch: <output data-shows="batch_size">{batch_size}</output>', batch),
+        _field("sequence length", _select(uid, "seq_len", [(n, n) for n in CALCULATOR_SEQ_LENS], seq_len)),
+        _field("precision", _select(uid, "precision", [(name, name) for name in PRECISION_SETTINGS],
+                                    first.precision)),
+        _field("optimizer", _select(uid, "optimizer", [(name, name) for name in CALCULATOR_OPTIMIZERS],
+                                    first.optimizer)),
+        _field("sharding", _select(uid, "sharding", CALCULATOR_SHARDING.items(), first.sharding)),
+        _field("ranks sharded over", _select(uid, "ranks", [(n, n) for n in CALCULATOR_RANKS], first.ranks)),
+        _field("GPU", _select(uid, "gpu", [(name, name) for name in GPU_MEMORY_GIB], first.gpu)),
+        _field("fused (flash) attention", _checkbox(uid, "fused_attention", first.fused_attention), checkbox=True),
+        _field("activation checkpointing", _checkbox(uid, "checkpointing", first.checkpointing), checkbox=True),
+    ]
+    source = memory_calculator_script()
+    payload = json.dumps(data, sort_keys=True).replace("<", "\\u003c").replace(">", "\\u003e")
+    if "</script" in source.lower() or "<!--" in source:
+        raise ValueError("memory_calculator.js holds '</script' or '<!--', which would end or hide the page's script")
+    script = (f"<script>(function () {{\n{source}\ngpuformerMemoryCalculator.mount(document.currentScript, "
+              f"{json.dumps(uid)}, {payload});\n}}());</script>")
+    page = (f'<div class="gpuformer-memcalc" id="{uid}" style="max-width:100%;box-sizing:border-box">'
+            f'<div class="gpuformer-memcalc-controls" style="display:flex;flex-wrap:wrap;gap:0.5em 1.5em;'
+            f'margin-bottom:0.8em">{"".join(fields)}</div>'
+            '<p class="gpuformer-memcalc-static-note" style="font-size:0.85em;opacity:0.8">Computed in Python for '
+            "the settings shown. The controls recompute it where the page's script runs: the online book, or a "
+            "notebook you ran or trust.</p>"
+            f'<div class="gpuformer-memcalc-result" id="{uid}-result" aria-live="polite" '
+            f'style="max-width:100%;overflow-x:auto">{calculator_report_html(data, first)}</div>{script}</div>')
+    return HTML(page)
 
 
 # --------------------------------------------------------------------------- showing code kept in files

@@ -139,3 +139,12 @@ def test_exercises_predict_measure_and_diagnose(cells):
     assert "check_layer_activation_prediction(layer_bytes)" in code
     assert "check_low_memory_loss(low_memory_loss)" in code
     assert "check_accumulated_loss" not in code and "check_micro_batch_plan" not in code, "the transcriptions"
+
+
+def test_the_calculator_output_carries_the_current_script(cells):
+    from gpuformer_lib.viz import memory_calculator_script
+
+    html = pages.outputs(cells, mimes=("text/html",))
+    assert 'class="gpuformer-memcalc"' in html, "chapter 9 shows no calculator that computes in the page"
+    assert memory_calculator_script() in html, \
+        "the stored calculator carries an older gpuformer_lib/js/memory_calculator.js: re-execute chapter 9"

@@ -173,18 +173,17 @@ def test_peak_memory_on_gpu():
     assert measure_peak_memory(lambda: torch.empty(2**28, dtype=torch.uint8, device="cuda")) >= 2**28
 
 
-def test_memory_calculator_widget_recomputes():
-    pytest.importorskip("ipywidgets")
-    from gpuformer_lib.viz import memory_calculator
+def test_memory_calculator_shows_a_first_result_and_recomputes():
+    """The page's first result is Python's; the script's results are compared with Python's on every control value
+    in tests/test_memory_calculator_js.py."""
+    pytest.importorskip("IPython")
+    from gpuformer_lib.viz import CalculatorChoice, calculator_data, calculator_report_html, memory_calculator
 
-    box = memory_calculator()
-    controls, out = box.children
-    assert "124 M parameters" in out.value and "Fits in 79.1 GiB" in out.value
-    assert "saved tensors" in out.value and "predicted peak (at the loss backward)" in out.value
-    by_name = {c.description: c for column in controls.children for c in column.children}
-    by_name["model"].value = "GPT-2 XL (48 x 1600)"
-    by_name["micro-batch"].value = 32
-    assert "Does not fit" in out.value
-    before = out.value
-    by_name["activation checkpointing"].value = True
-    assert out.value != before
+    page = memory_calculator().data
+    assert "124 M parameters" in page and "Fits in 79.1 GiB" in page
+    assert "saved tensors" in page and "predicted peak (at the loss backward)" in page
+    data = calculator_data()
+    large = calculator_report_html(data, CalculatorChoice("GPT-2 XL (48 x 1600)", batch_size=32))
+    assert "Does not fit" in large
+    assert calculator_report_html(data, CalculatorChoice("GPT-2 XL (48 x 1600)", batch_size=32,
+                                                         checkpointing=True)) != large
