@@ -37,7 +37,7 @@ def test_interpretations_are_glued_not_typed(cells):
         assert typed not in prose, f"the first edition's fixed interpretation {typed!r} is back"
     for key in ("busy_words", "sync_words", "flop_ratios", "stall_words", "this_preset", "gpu_presets"):
         assert "{glue:text}`" + key + "`" in prose
-    glued = pages.glued(cells, strip_quotes=False)
+    glued = pages.glued(cells)
     ratios = [float(r.rstrip("x")) for r in glued["flop_ratios"].split(", ")]
     assert all(2 < r < 4 for r in ratios)
     mfu, hfu = float(glued["ckpt_mfu"].rstrip("%")), float(glued["ckpt_hfu"].rstrip("%"))

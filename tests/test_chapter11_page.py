@@ -15,7 +15,7 @@ def _outputs(cells):
 
 def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
     used = pages.glue_uses(cells)
-    glued = set(pages.glued(cells, strip_quotes=False))
+    glued = set(pages.glued(cells))
     assert used <= glued, f"used but never glued: {sorted(used - glued)}"
     assert glued <= used, f"glued but never used: {sorted(glued - used)}"
 
@@ -40,7 +40,7 @@ def test_the_cost_model_sentence_is_chosen_from_the_values(cells):
     """The first edition said 'the cost model predicts the same' beside 96 % predicted and 73 % measured."""
     prose = pages.text(cells, "markdown")
     assert "predicts the same" not in prose
-    glued = pages.glued(cells, strip_quotes=False)
+    glued = pages.glued(cells)
     predicted, measured = (int(glued[k].rstrip("%")) for k in ("predicted_eff", "measured_eff"))
     verdict = glued["model_verdict"]
     if abs(predicted - measured) <= 5:
