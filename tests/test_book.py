@@ -58,3 +58,17 @@ def test_the_appendix_lists_every_published_figure_with_its_source(html):
     page = (html / "book" / "published_figures.html").read_text()
     for figure in published.figures():
         assert figure.key in page and f'href="{figure.url}"' in page.replace("&amp;", "&"), figure.key
+
+
+def test_math_comes_from_the_mathjax_shipped_with_the_book(html):
+    page = (html / "notebooks" / "03_attention.html").read_text()
+    assert "_static/mathjax/tex-svg-full.js" in page and (html / "_static" / "mathjax" / "tex-svg-full.js").exists()
+    assert "cdn.jsdelivr.net/npm/mathjax" not in page, "MathJax would come from a CDN: raw TeX offline"
+
+
+def test_each_script_is_written_once(html):
+    for name in ("03_attention", "09_memory_and_accumulation"):
+        page = (html / "notebooks" / f"{name}.html").read_text()
+        assert page.count("const THEBE_JS_URL") <= 1, f"{name}: sphinx-thebe's configuration is written twice"
+        scripts = re.findall(r'<script src="([^"]+)"', page)
+        assert len(scripts) == len(set(scripts)), f"{name}: a script is loaded twice"
