@@ -121,6 +121,12 @@ class Page:
     def close(self):
         self.context.close()
 
+    def __enter__(self) -> "Page":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def shot(page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -137,8 +143,7 @@ PROSE_TEXT = ("() => { const a = (document.querySelector('article.bd-article') |
 def test_every_page_loads_offline_with_content_math_figures_and_code_that_fits(site, browser):
     root, base = site
     problems, formulas = [], 0
-    view = Page(browser)
-    try:
+    with Page(browser) as view:
         for path in toc_pages():
             assert (root / path).exists(), f"{path} was not built"
             page = view.open(f"{base}/{path}")
@@ -170,16 +175,13 @@ def test_every_page_loads_offline_with_content_math_figures_and_code_that_fits(s
             if view.external:
                 problems.append(f"{path}: asked the network for {sorted(set(view.external))[:3]}")
                 view.external.clear()
-    finally:
-        view.close()
     assert not problems, "\n".join(problems)
     assert formulas > 100, f"only {formulas} formulas were typeset in the whole book"
 
 
 def test_math_is_typeset_from_a_file_url_too(site, browser):
     root, _ = site
-    view = Page(browser)
-    try:
+    with Page(browser) as view:
         page = view.open((root / "notebooks" / "03_attention.html").as_uri())
         assert page.locator("mjx-container").count() > 10
         assert "\\(" not in page.evaluate(PROSE_TEXT)
@@ -187,14 +189,11 @@ def test_math_is_typeset_from_a_file_url_too(site, browser):
         heading.scroll_into_view_if_needed()
         shot(page, "03_formula_in_a_heading_offline.png")
         assert not view.external, f"asked the network for {view.external[:3]}"
-    finally:
-        view.close()
 
 
 def test_the_sidebar_opens_from_the_menu_button_on_a_phone(site, browser):
     _, base = site
-    view = Page(browser, width=400, height=800)
-    try:
+    with Page(browser, width=400, height=800) as view:
         page = view.open(f"{base}/notebooks/03_attention.html")
         # the chapter list: a link to chapter 0, in the sidebar or (once opened on a phone) in its dialog
         chapter_link = page.locator("#pst-primary-sidebar a[href*='00_setup'], "
@@ -216,8 +215,6 @@ def test_the_sidebar_opens_from_the_menu_button_on_a_phone(site, browser):
             toc = page.locator("#pst-secondary-sidebar a, #pst-secondary-sidebar-modal a")
             assert any(_in_viewport(page, link) for link in toc.all()), "the page-contents button did not open them"
         assert not view.errors, view.errors[:3]
-    finally:
-        view.close()
 
 
 def _in_viewport(page, locator) -> bool:
@@ -231,21 +228,17 @@ def _in_viewport(page, locator) -> bool:
 
 def test_one_search_field_shows_at_desktop_width(site, browser):
     _, base = site
-    view = Page(browser)
-    try:
+    with Page(browser) as view:
         page = view.open(f"{base}/notebooks/03_attention.html")
         shown = page.evaluate("() => [...document.querySelectorAll('form.bd-search, .search-button-field, "
                               "button.search-button')].filter(e => e.offsetParent !== null && "
                               "e.getBoundingClientRect().height > 0).length")
         assert shown == 1, f"{shown} search fields or buttons show at 1280 px"
-    finally:
-        view.close()
 
 
 def test_chapter_3_sliders_change_the_picture(site, browser):
     _, base = site
-    view = Page(browser)
-    try:
+    with Page(browser) as view:
         page = view.open(f"{base}/notebooks/03_attention.html")
         explorer = page.locator(".widget-hbox").filter(has=page.locator(".widget-slider")).first
         explorer.wait_for(timeout=15000)
@@ -261,14 +254,11 @@ def test_chapter_3_sliders_change_the_picture(site, browser):
         assert before and after != before, "moving the head slider did not change the picture"
         shot(page, "03_explorer_after_slider.png")
         assert not view.errors, view.errors[:3]
-    finally:
-        view.close()
 
 
 def test_chapter_9_calculator_recomputes_in_the_page(site, browser):
     _, base = site
-    view = Page(browser)
-    try:
+    with Page(browser) as view:
         page = view.open(f"{base}/notebooks/09_memory_and_accumulation.html")
         calculator = page.locator(".gpuformer-memcalc").first
         calculator.scroll_into_view_if_needed()
@@ -284,14 +274,11 @@ def test_chapter_9_calculator_recomputes_in_the_page(site, browser):
         assert options[-1].split(" (")[0] in after, f"the result does not name {options[-1]}"
         shot(page, "09_calculator_after.png")
         assert not view.errors, view.errors[:3]
-    finally:
-        view.close()
 
 
 def test_widgets_fit_a_phone_screen(site, browser):
     _, base = site
-    view = Page(browser, width=400, height=800)
-    try:
+    with Page(browser, width=400, height=800) as view:
         for path, selector in (("notebooks/03_attention.html", ".jupyter-widgets.widget-hbox"),
                                ("notebooks/09_memory_and_accumulation.html", ".gpuformer-memcalc")):
             page = view.open(f"{base}/{path}")
@@ -300,5 +287,3 @@ def test_widgets_fit_a_phone_screen(site, browser):
             assert right <= 400 + 1, f"{path}: a widget reaches {right:.0f} px, past the phone's 400 px"
             wide = page.evaluate("() => document.documentElement.scrollWidth")
             assert wide <= 400 + 1, f"{path}: the page scrolls sideways on a phone ({wide} px wide)"
-    finally:
-        view.close()
