@@ -3,7 +3,7 @@
 Every page in the table of contents loads with content and no console error; math is typeset by the
 MathJax shipped with the book; figures have a size; the ☰ button opens the chapter list on a phone;
 chapter 3's explorer changes its picture when a slider moves; chapter 9's calculator recomputes in
-the page; code blocks fit the column. Screenshots go to ``_build/screenshots``.
+the page; code blocks fit the column; search finds chapter 3. Screenshots go to ``_build/screenshots``.
 
 Skips, saying why, where Playwright or Chromium is missing (``.ci/run`` installs both). Never runs
 ``playwright install``, which would download a browser.
@@ -234,6 +234,16 @@ def test_one_search_field_shows_at_desktop_width(site, browser):
                               "button.search-button')].filter(e => e.offsetParent !== null && "
                               "e.getBoundingClientRect().height > 0).length")
         assert shown == 1, f"{shown} search fields or buttons show at 1280 px"
+
+
+def test_search_finds_chapters_over_http(site, browser):
+    _, base = site
+    with Page(browser) as view:
+        page = view.open(f"{base}/search.html?q=attention")
+        page.wait_for_selector("#search-results ul.search li", timeout=15000)
+        links = page.locator("#search-results ul.search li a").evaluate_all("as => as.map(a => a.href)")
+        assert any("03_attention" in link for link in links), f"searching 'attention' did not find chapter 3: {links}"
+        assert not view.errors, view.errors[:3]
 
 
 def test_chapter_3_sliders_change_the_picture(site, browser):
