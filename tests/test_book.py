@@ -72,3 +72,24 @@ def test_each_script_is_written_once(html):
         assert page.count("const THEBE_JS_URL") <= 1, f"{name}: sphinx-thebe's configuration is written twice"
         scripts = re.findall(r'<script src="([^"]+)"', page)
         assert len(scripts) == len(set(scripts)), f"{name}: a script is loaded twice"
+
+
+def test_tables_printed_in_columns_are_told_from_sentences():
+    import importlib.util
+
+    from gpuformer_lib.tools.notebooks import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("gpuformer_book", REPO_ROOT / "book" / "_ext" / "gpuformer_book.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    table = "row     time   speedup\nfp32    1.0 s  1.00x\nbf16    0.5 s  2.00x\n"
+    sentences = "the loss fell from 4.2 to 2.1 over 300 steps.\nit trained.\nthe model fits in 3.1 GiB.\n"
+    assert ext.is_columns(table) and not ext.is_columns(sentences)
+    assert not ext.is_columns("a  b\nc  d\n"), "two lines are not a table"
+
+
+def test_printed_tables_keep_their_lines_and_prose_outputs_wrap(html):
+    page = (html / "notebooks" / "13_translation_case_study.html").read_text()
+    assert page.count("gpuformer-columns") >= 3, "chapter 13's printed tables were not marked"
+    css = (html / "_static" / "gpuformer-book.css").read_text()
+    assert "white-space: pre-wrap" in css and ".gpuformer-columns pre" in css

@@ -31,8 +31,9 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
         "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
 OVERFLOW_SHARE = 0.10
-"""Largest share of a page's code blocks (cells and outputs) that may scroll sideways at 1280 px; code cells
-themselves never may (they are wrapped at 79 characters)."""
+"""Largest share of a page's text outputs that may scroll sideways at 1280 px (they wrap, as in JupyterLab);
+code cells never may (they are wrapped at 79 characters), tables printed in columns may (wrapping would tear
+their rows apart; book/_ext/gpuformer_book.py marks them)."""
 
 REQUIRED = os.environ.get("GPUFORMER_REQUIRE_BROWSER") == "1"
 """Set by ``.ci/run``: there a missing browser fails the run instead of skipping the test."""
@@ -161,14 +162,13 @@ def test_every_page_loads_offline_with_content_math_figures_and_code_that_fits(s
                 if not natural or not shown:
                     problems.append(f"{path}: figure {src[-60:]} has no size ({natural} px, shown {shown} px)")
             inputs, outputs = page.evaluate(
-                "() => ['.cell_input pre', '.cell_output pre'].map(s => [...document.querySelectorAll(s)]"
-                ".map(p => p.scrollWidth > p.clientWidth + 1))")
+                "() => ['.cell_input pre', '.cell_output div.output:not(.gpuformer-columns) pre']"
+                ".map(s => [...document.querySelectorAll(s)].map(p => p.scrollWidth > p.clientWidth + 1))")
             if any(inputs):
                 problems.append(f"{path}: {sum(inputs)} of {len(inputs)} code cells scroll sideways")
-            blocks = inputs + outputs
-            if blocks and sum(blocks) / len(blocks) > OVERFLOW_SHARE:
-                problems.append(f"{path}: {sum(blocks)} of {len(blocks)} code blocks scroll sideways "
-                                f"(more than {OVERFLOW_SHARE:.0%})")
+            if outputs and sum(outputs) / len(outputs) > OVERFLOW_SHARE:
+                problems.append(f"{path}: {sum(outputs)} of {len(outputs)} text outputs scroll sideways "
+                                f"(more than {OVERFLOW_SHARE:.0%}); only tables printed in columns may")
             if view.errors:
                 problems.append(f"{path}: console errors {view.errors[:3]}")
                 view.errors.clear()

@@ -55,6 +55,9 @@ def test_every_stored_glue_renders_as_a_string_or_a_number(path):
             except (SyntaxError, ValueError):
                 pytest.fail(f"{path.name}: glue {name!r} stored {plain[:60]!r}, which the book shows as written but "
                             "myst-nb tries to evaluate: glue a str or a number (viz.glue), then re-execute")
+            assert not (isinstance(value, str) and "`" in value), \
+                f"{path.name}: glue {name!r} holds markdown backticks, which the book shows as they are (glued " \
+                "text is plain): leave the markup out of the glued string"
             assert isinstance(value, (str, int, float)) and not isinstance(value, bool), \
                 f"{path.name}: glue {name!r} stored {plain[:60]!r}, which renders as the {type(value).__name__} " \
                 f"{value!r}: glue a str or a number (viz.glue), then re-execute"

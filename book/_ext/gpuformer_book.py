@@ -1,4 +1,5 @@
-"""A Sphinx fix the course's book needs on the Sphinx 7 series that Jupyter Book 1 requires.
+"""Two small additions to the book's HTML: a Sphinx fix for the Sphinx 7 series that Jupyter Book 1
+requires, and a class on text outputs laid out in columns.
 
 Inline scripts that an extension registers after the HTML builder has started (sphinx-thebe's
 ``const THEBE_JS_URL = ...`` configuration, sphinx-togglebutton's selector) were written twice
@@ -9,11 +10,44 @@ and the two do not compare equal. Upstream fixed it in sphinx-doc/sphinx#13402, 
 series. Here each page's script list keeps the first of any scripts that differ only in that.
 
 It leaves every other script, and the order of the scripts, as they are.
+
+Text outputs wrap at the column's edge, as JupyterLab shows them (``gpuformer-book.css``): most long
+output lines are sentences. A table printed in columns would be torn apart by wrapping, so an output
+whose lines are aligned in columns gets the class ``gpuformer-columns`` and keeps its lines (it
+scrolls sideways where it is wider than the column).
 """
 
+import re
 from typing import Any
 
+from docutils import nodes
 from sphinx.application import Sphinx
+
+_GAP = re.compile(r"\S {2,}\S")
+"""Two or more spaces between two words: the gap between two columns (sentences have one space)."""
+
+
+def is_columns(text: str) -> bool:
+    """Whether printed text is laid out in columns: three lines or more, at least two of them with a
+    gap of two spaces or more between words, or a table drawn with ``|``."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 3:
+        return False
+    return sum(bool(_GAP.search(line.strip())) or line.count("|") >= 2 for line in lines) >= 2
+
+
+def mark_column_outputs(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    """Add ``gpuformer-columns`` to the text outputs of notebook cells that :func:`is_columns`."""
+    for block in doctree.findall(nodes.literal_block):
+        parent = block.parent
+        in_output = False
+        while parent is not None:
+            if "cell_output" in parent.get("classes", []):
+                in_output = True
+                break
+            parent = parent.parent
+        if in_output and is_columns(block.astext()):
+            block["classes"].append("gpuformer-columns")
 
 
 def _script_key(script: Any) -> tuple:
@@ -41,4 +75,5 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, contex
 def setup(app: Sphinx) -> dict:
     # Late (priority 900), after the extensions that add a page's scripts on this event.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
+    app.connect("doctree-resolved", mark_column_outputs)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
