@@ -28,7 +28,7 @@ import os
 import re
 import statistics
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -155,27 +155,26 @@ def matmul_flops(m: int, n: int, k: int) -> int:
 
 
 @contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
+def _set_for_the_block(get: Callable[[], Any], set_: Callable[[Any], None], value: Any) -> Iterator[None]:
+    """``set_(value)`` inside the block, and the value ``get()`` gave before restored after it."""
+    before = get()
+    set_(value)
+    try:
+        yield
+    finally:
+        set_(before)
+
+
+def torch_threads(threads: int) -> contextlib.AbstractContextManager[None]:
     """PyTorch's intra-op CPU threads set to ``threads`` inside the block, restored after: two ways of running
     the same work (eager and ONNX Runtime, float32 and int8) are timed with the same number."""
     _check_count("threads", threads, 1)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return _set_for_the_block(torch.get_num_threads, torch.set_num_threads, threads)
 
 
-@contextlib.contextmanager
-def float32_matmul_precision(precision: str) -> Iterator[None]:
+def float32_matmul_precision(precision: str) -> contextlib.AbstractContextManager[None]:
     """Temporarily set ``torch.set_float32_matmul_precision`` (``"highest"`` fp32, ``"high"`` TF32)."""
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
+    return _set_for_the_block(torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, precision)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,45 +13,24 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
-import shutil
 import threading
-from pathlib import Path
 
 import pytest
 import yaml
 
 from book_build import build_book
+from browser import launch, playwright_or_skip
 from gpuformer_lib.tools.notebooks import REPO_ROOT
 
 pytestmark = pytest.mark.book
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = REPO_ROOT / "_build" / "screenshots"
 OVERFLOW_SHARE = 0.10
 """Largest share of a page's text outputs that may scroll sideways at 1280 px (they wrap, as in JupyterLab);
 code cells never may (they are wrapped at 79 characters), tables printed in columns may (wrapping would tear
 their rows apart; book/_ext/gpuformer_book.py marks them)."""
 
-REQUIRED = os.environ.get("GPUFORMER_REQUIRE_BROWSER") == "1"
-"""Set by ``.ci/run``: there a missing browser fails the run instead of skipping the test."""
-
-
-def _missing(reason: str) -> None:
-    if REQUIRED:
-        raise RuntimeError(f"{reason} (GPUFORMER_REQUIRE_BROWSER=1 asks for the browser test)")
-    pytest.skip(reason, allow_module_level=True)
-
-
-try:
-    from playwright import sync_api
-except ImportError:
-    _missing("Playwright is not installed: pip install playwright (the Python package only; the tests drive "
-             "Debian's chromium)")
-if not Path(CHROMIUM).exists():
-    _missing("Debian's chromium is not installed: apt-get install chromium (.ci/run installs it)")
+sync_api = playwright_or_skip(allow_module_level=True)
 
 
 def toc_pages() -> list[str]:
@@ -82,7 +61,7 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        chromium = launch(p)
         yield chromium
         chromium.close()
 

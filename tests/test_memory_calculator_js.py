@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from browser import launch, playwright_or_skip
 from gpuformer_lib.memory import predicted_peak, training_memory
 from gpuformer_lib.model import TransformerConfig, gpt2_config
 from gpuformer_lib.viz import (CALCULATOR_MAX_MICRO_BATCH, CALCULATOR_OPTIMIZERS, CALCULATOR_RANKS,
@@ -183,24 +184,15 @@ def test_bad_arguments_get_a_clear_error(call, error, phrase):
         call()
 
 
-def _chromium():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
-    if not Path("/usr/bin/chromium").exists():
-        pytest.skip("Debian's Chromium (/usr/bin/chromium) is not installed: apt-get install chromium")
-    return sync_api
-
-
 def test_the_page_recomputes_in_chromium(tmp_path):
     """Two calculators on one page, in Debian's Chromium: each recomputes on its own, to Python's result."""
-    sync_api = _chromium()
+    sync_api = playwright_or_skip()
     page_file = tmp_path / "calculator.html"
     page_file.write_text('<!doctype html><meta charset="utf-8"><body>' + memory_calculator().data
                          + memory_calculator().data + "</body>")
     data = calculator_data()
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync"])
+        browser = launch(p)
         try:
             page = browser.new_page(viewport={"width": 400, "height": 900})
             errors = []

@@ -79,8 +79,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from gpuformer_lib.tools import sandbox
-from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
-from gpuformer_lib.tools.student import SOLUTION_TAG, STUDENT_KEY, data_files
+from gpuformer_lib.tools.notebooks import REPO_ROOT
+from gpuformer_lib.tools.student import STUDENT_KEY, data_files, is_solution
 
 PASSED, FAILED, TIMED_OUT, CRASHED, DID_NOT_RUN = "passed", "failed", "timed out", "crashed", "did not run"
 STATUSES = (PASSED, FAILED, TIMED_OUT, CRASHED, DID_NOT_RUN)
@@ -118,7 +118,7 @@ def expected_exercises(nb: dict, names: set[str]) -> list[str]:
     """The checks the non-solution code cells of an instructor's notebook call, in order, each once."""
     found: list[str] = []
     for cell in nb["cells"]:
-        if cell.get("cell_type") == "code" and SOLUTION_TAG not in cell.get("metadata", {}).get("tags", []):
+        if cell.get("cell_type") == "code" and not is_solution(cell):
             found += [name for name in _calls(_source(cell), names) if name not in found]
     return list(dict.fromkeys(found))  # a cell that calls one check twice (two parts of an exercise) is one column
 

@@ -108,8 +108,6 @@ def error_outputs(nb: Any) -> list[tuple[int, str]]:
 def output_text(cell: Any, html: bool = False) -> str:
     """What a code cell's stored outputs say: streams and text/plain, and with ``html`` the text of
     text/html outputs too (tags removed), as a reader of the book sees them."""
-    import re
-
     parts = []
     for out in cell.get("outputs", []):
         if out.get("output_type") == "stream":

@@ -32,10 +32,16 @@ STUDENT_KEY = "gpuformer_student"
 """Metadata of a student copy: the notebook it came from and :func:`cells_hash` as written."""
 
 
+def is_solution(cell) -> bool:
+    """Whether a cell is an exercise's solution (tagged ``solution``): left out of student copies, and not
+    what a grader expects a learner to have run."""
+    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+
+
 def student_copy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """A copy of ``nb`` without solution cells and without outputs."""
     copy = nbformat.from_dict(nb)
-    copy.cells = [c for c in copy.cells if SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])]
+    copy.cells = [c for c in copy.cells if not is_solution(c)]
     for cell in copy.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -57,7 +63,7 @@ def cells_hash(nb: nbformat.NotebookNode) -> str:
 
 
 def _has_solutions(nb: nbformat.NotebookNode) -> bool:
-    return any(SOLUTION_TAG in c.get("metadata", {}).get("tags", []) for c in nb.cells)
+    return any(is_solution(c) for c in nb.cells)
 
 
 def _unchanged_copy(path: Path) -> bool:
