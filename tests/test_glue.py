@@ -15,8 +15,11 @@ GLUE_PREFIX = "application/papermill.record/"
 
 def _glued_plain_text(name, value) -> str:
     InteractiveShell.instance()  # the display machinery a kernel has
-    with capture_output() as captured:
-        viz.glue(name, value)
+    try:
+        with capture_output() as captured:
+            viz.glue(name, value)
+    finally:
+        InteractiveShell.clear_instance()  # later tests in this process must not find a running IPython
     (output,) = captured.outputs
     return output.data[GLUE_PREFIX + "text/plain"]
 
