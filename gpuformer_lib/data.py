@@ -2,7 +2,7 @@
 becomes padded batches of token ids.
 
 Covers: the course's data sets (Tatoeba English-Chinese pairs, Tiny Shakespeare, and the files later
-chapters load: proteins, peptides, stock prices, electricity demand) read from a local data folder and
+chapters load: proteins, peptides, stock prices, electricity demand, the ETTh1 forecasting benchmark) read from a local data folder and
 checked against their known sha256, downloaded from their public source when missing (in chunks,
 within an overall deadline, checksum verified before anything is written, written atomically); readable
 tokenizers (English words, Chinese characters, characters); a vocabulary with
@@ -107,6 +107,14 @@ DATASETS = {
         license="GPL-3 (R package fpp2)",
         attribution="half-hourly electricity demand of Victoria, Australia, 2014, from fpp2 (R. Hyndman; data from "
                     "AEMO and the Bureau of Meteorology), via Rdatasets"),
+    "etth1": DataSource(
+        filename="ETTh1.csv",
+        url="https://raw.githubusercontent.com/zhouhaoyi/ETDataset/"
+            "1d16c8f4f943005d613b5bc962e9eeb06058cf07/ETT-small/ETTh1.csv",
+        sha256="f18de3ad269cef59bb07b5438d79bb3042d3be49bdeecf01c1cd6d29695ee066", size=2_589_657,
+        license="CC BY-ND 4.0 (redistributed unmodified)",
+        attribution="Electricity Transformer Temperature, hourly, station 1 (ETTh1), from the ETDataset of "
+                    "Zhou et al. (Informer, AAAI 2021)"),
 }
 
 

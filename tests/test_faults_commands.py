@@ -336,6 +336,10 @@ def test_an_interrupt_while_waiting_kills_the_job(job):
         if not done.is_set():
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # wakes the blocked read, as Ctrl-C
 
+    # A process started in the background by a non-interactive shell inherits SIGINT as ignored, and Python then
+    # installs no KeyboardInterrupt handler: install it here, as an interactive kernel has it, and put back
+    # whatever the process had.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     watcher = threading.Thread(target=interrupt_when_started, daemon=True)
     watcher.start()
     try:
@@ -344,6 +348,7 @@ def test_an_interrupt_while_waiting_kills_the_job(job):
     finally:
         done.set()
         watcher.join(timeout=5)
+        signal.signal(signal.SIGINT, inherited)
     assert_nothing_left(folder)
 
 
