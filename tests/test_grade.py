@@ -12,7 +12,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -479,3 +481,136 @@ def test_solved_student_copies_get_full_marks_and_untouched_ones_zero(tmp_path):
     assert {status for status, _ in results["untouched"].values()} == {grade.FAILED}, results["untouched"]
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "grades" / "grades.csv").open())}
     assert (rows["solved"]["total"], rows["untouched"]["total"], rows["solved"]["out_of"]) == ("5", "0", "5")
+
+
+# --------------------------------------------------------------------------- a determined student
+
+def _require_sandbox() -> None:
+    """Skip where the system gives no user namespaces, saying so; under .ci/run (GPUFORMER_REQUIRE_SANDBOX=1)
+    fail instead, so CI cannot pass without testing the sandbox."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as scratch:
+        works = grade.netns_available() and grade.filesystem_lock_available(Path(scratch))
+    if not works:
+        message = ("this system does not let an unprivileged user create user, network, PID and mount namespaces "
+                   "(unshare), so the sandbox cannot be tested here")
+        if os.environ.get("GPUFORMER_REQUIRE_SANDBOX") == "1":
+            pytest.fail(message + " (GPUFORMER_REQUIRE_SANDBOX=1)")
+        pytest.skip(message)
+
+
+def _fingerprint(paths: list[Path]) -> dict[str, str]:
+    """sha256 of every file under ``paths`` (a folder's files, a file itself), by path; a missing path is noted."""
+    import hashlib
+    found = {}
+    for root in paths:
+        if not root.exists():
+            found[str(root)] = "missing"
+            continue
+        for path in [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()):
+            found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def test_a_determined_students_notebook_changes_nothing_outside_its_job_folder_and_each_attempt_is_reported(
+        tmp_path):
+    """The trial's malicious notebook (reviews of 2026-11-27, new-user-and-instructor.md, item 4): a remount by
+    ctypes, a `python -S` child running mount, a program, reading solutions through _build and another clone,
+    a socket, an endless loop. Nothing outside its job folder changes, no solution is read, and grades.csv and
+    the feedback report every attempt."""
+    _require_sandbox()
+    token = uuid.uuid4().hex[:12]
+    course, subs, out = tmp_path / "course", tmp_path / "class", tmp_path / "grades"
+    course.mkdir()
+    nbformat.write(instructor_copy(), course / TINY)
+    clone = tmp_path / "other-clone"  # another clone of the course, with a built book
+    (clone / "_build" / "html" / "_sources" / "notebooks").mkdir(parents=True)
+    secret = f"SOLUTION-{token}"
+    (clone / "_build" / "html" / "_sources" / "notebooks" / TINY).write_text(secret)
+    (clone / "notebooks").mkdir()
+    (clone / "notebooks" / TINY).write_text(secret)
+    home, temp = Path(os.path.expanduser("~")), Path(tempfile.gettempdir())
+    targets = {  # where the notebook tries to write: one new file in each place, and files it tries to change
+        "home": home / f".gpuformer-canary-{token}", "tmp": temp / f"gpuformer-canary-{token}",
+        "parent": tmp_path / f"canary-{token}", "repo": REPO_ROOT / f".canary-{token}",
+        "course": course / TINY, "core": REPO_ROOT / "gpuformer_lib" / "exercises" / "_core.py",
+        "readme": REPO_ROOT / "README.md"}
+    # hashed before and after: what the notebook tries to change, and the folders around it (not all of the
+    # repository: other tests running beside this one may write their own files there)
+    watched = [targets["core"], targets["readme"], REPO_ROOT / "notebooks" / "03_attention.ipynb", course, clone,
+               subs]
+    repo_listing = sorted(p.name for p in REPO_ROOT.iterdir())
+    w = {name: str(path) for name, path in targets.items()}
+    everywhere = [w[k] for k in ("home", "tmp", "parent", "repo", "core", "readme", "course")]
+    cells = [
+        IMPORTS + f"\nEVERYWHERE = {everywhere!r}",
+        # 1. ctypes: remount / read-write, then write outside (the trial's first route)
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('mount:', libc.mount(None, b'/', None, 32 | 4096, None), ctypes.get_errno())\n"
+        f"open({w['parent']!r}, 'w').write('x')",
+        # 2. a child Python without the hook, running mount, then writing everywhere (the trial's second route)
+        "import subprocess, sys\n"
+        "code = ('import subprocess; subprocess.run([\"mount\", \"-o\", \"remount,bind,rw\", \"/\"])\\n'\n"
+        "        f'for p in {EVERYWHERE!r}: open(p, \"a\").write(\"gotcha\")')\n"
+        "subprocess.run([sys.executable, '-S', '-c', code], check=True)",
+        # 2b. the same child with the hook's PYTHONPATH dropped
+        "import subprocess, sys\n"
+        "subprocess.run([sys.executable, '-c', code], env={'PATH': '/usr/bin'}, check=True)",
+        # 3. a program, straight
+        f"import subprocess\nsubprocess.run(['sh', '-c', 'echo x > {w['tmp']}; mount -o remount,rw /'], check=True)",
+        # 4. reading solutions: another clone's built book and notebooks, the course's own
+        f"print(open({str(clone / '_build' / 'html' / '_sources' / 'notebooks' / TINY)!r}).read())",
+        f"print(open({str(clone / 'notebooks' / TINY)!r}).read())",
+        f"print(open({str(REPO_ROOT / 'notebooks' / '03_attention.ipynb')!r}).read()[:100])",
+        # 4b. below Python: the C library's open
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        f"print(libc.open({str(clone / 'notebooks' / TINY).encode()!r}, 0))",
+        # 5. the network
+        "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=2)",
+        # 6. writes in the repository and the home folder, from Python
+        f"open({w['repo']!r}, 'w').write('x')",
+        f"open({w['core']!r}, 'a').write('# forged')",
+        # 6b. below the hook for real: code that claims to be torch's compiler may start gcc, and gcc -wrapper runs
+        # any program; here a shell script that remounts / read-write and writes everywhere: the OS refuses
+        "import os, torch._inductor\n"
+        "open('evil.sh', 'w').write('echo ran > ran.txt; mount -o remount,bind,rw / ; for p in '\n"
+        "                           + ' '.join(EVERYWHERE)\n"
+        "                           + '; do echo gotcha >> $p; done')\n"
+        "fake = os.path.join(os.path.dirname(torch._inductor.__file__), 'x.py')\n"
+        "exec(compile(\"import subprocess; subprocess.run(['gcc', '-wrapper', 'sh,' + os.path.abspath('evil.sh'), "
+        "'-x', 'c', '-c', '/dev/null', '-o', '/dev/null'])\", fake, 'exec'))",
+        # 7. an endless loop, then a right answer: the run goes on
+        "while True:\n    pass",
+        *SOLUTIONS,
+    ]
+    (subs / "mal").mkdir(parents=True)
+    nbformat.write(notebook(cells), subs / "mal" / TINY)
+    before = _fingerprint(watched)
+    results = grade.grade(subs, out, course, jobs=1, cell_timeout=20, notebook_timeout=240, progress=False)
+    assert _fingerprint(watched) == before
+    for name in ("home", "tmp", "parent", "repo"):
+        assert not targets[name].exists(), f"the notebook wrote {targets[name]}"
+    assert sorted(p.name for p in REPO_ROOT.iterdir()) == repo_listing
+    assert [s for s, _ in results["mal"].values()] == [grade.PASSED] * 3  # the right answers still count
+    job = out / "work" / "mal" / Path(TINY).stem
+    executed = (job / "executed.ipynb").read_text()
+    assert secret not in executed  # no solution was read, by any route
+    assert (job / "work" / "ran.txt").is_file()  # the shell script behind gcc ran, and the OS refused its writes:
+    assert "Read-only file system" in (job / "worker.log").read_text(errors="replace")
+    record = json.loads((job / "run.json").read_text())
+    assert record["filesystem"] == sandbox.JAILED
+    refused = [r["what"] for r in record["refusals"]]
+    expected = {  # each attempt, as the record names it
+        "ctypes remount": "C library's mount()", "python -S": "python -S", "no PYTHONPATH": "without the sandbox's",
+        "a program": "starting the program sh", "the clone's _build": "other-clone/_build",
+        "the clone's notebook": f"other-clone/notebooks/{TINY}", "the course's notebook": "03_attention.ipynb",
+        "C open": "C library's open()", "socket": "192.0.2.1", "repo write": f".canary-{token}",
+        "core write": "_core.py"}
+    missing = {k: v for k, v in expected.items() if not any(v in r for r in refused)}
+    assert not missing, (missing, refused)
+    with (out / "grades.csv").open() as f:
+        row = next(csv.DictReader(f))
+    assert row["refused"] and str(len(refused)) in row["refused"]
+    assert "compile(" in row["flags"] and "ctypes" in row["flags"]  # the route below the hook is flagged
+    feedback = (out / "feedback" / "mal.md").read_text()
+    assert "Refused by the sandbox" in feedback and "python -S" in feedback

@@ -307,14 +307,15 @@ def netns_available() -> bool:
 
 
 def filesystem_lock_available(scratch: Path) -> bool:
-    """Whether a worker can get its own mount namespace in which every file system is read-only except its job
-    folder (:func:`gpuformer_lib.tools.fslock.lock_filesystem`), tried for real on a folder in ``scratch``."""
+    """Whether a worker can build its jail (:func:`gpuformer_lib.tools.fslock.enter_jail`: a root of its own
+    holding only the allowlist, read-only but for the job folder) and start a kernel there that cannot remount
+    it, tried for real on a folder in ``scratch`` (:func:`gpuformer_lib.tools.fslock._probe`)."""
     probe = scratch / f".lock-probe-{uuid.uuid4().hex}"
     probe.mkdir(parents=True)
     try:
         done = subprocess.run([*NETNS, "--mount", sys.executable, "-m", "gpuformer_lib.tools.fslock", str(probe)],
                               capture_output=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-        return (done.returncode == 0 and (probe / "inside").is_file()
+        return (done.returncode == 0 and (probe / "work" / "inside").is_file()
                 and not (scratch / f"{probe.name}-outside").exists())
     except (OSError, subprocess.SubprocessError):
         return False
@@ -349,8 +350,9 @@ def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[
     (work / "tmp").mkdir(parents=True)
     site = job_dir / "sandbox"
     site.mkdir()
-    log, record_path = job_dir / "checks.jsonl", job_dir / "run.json"
+    log, record_path, refused = job_dir / "checks.jsonl", job_dir / "run.json", job_dir / "refusals.jsonl"
     log.touch()
+    refused.touch()
     shutil.copyfile(sub.path, work / sub.course)  # a copy: the submission itself is never run or changed
     # what the notebooks read beside them (chapter 10's recorded trace): from --course, and what that lacks (a
     # folder of student copies made before `make student` copied them) from the course's own notebooks folder
@@ -358,7 +360,7 @@ def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[
         for asset in data_files(folder) if folder.is_dir() else []:
             if not (work / asset.name).exists():
                 (shutil.copytree if asset.is_dir() else shutil.copy2)(asset, work / asset.name)
-    (site / "sitecustomize.py").write_text(sandbox.sitecustomize_source(work, hidden, log))
+    (site / "sitecustomize.py").write_text(sandbox.sitecustomize_source(work, hidden, log, refused))
     env = _clean_env(work)
     marker = uuid.uuid4().hex
     from gpuformer_lib.distributed import JOB_ENV, _stop_job
@@ -367,7 +369,7 @@ def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[
     job = {"work": str(work), "notebook": sub.course, "record": str(record_path),
            "executed": str(job_dir / "executed.ipynb"), "cell_timeout": cell_timeout,
            "notebook_timeout": notebook_timeout, "kernel_env": kernel_env, "netns": netns,
-           "lock_fs": bool(netns and lock_fs)}
+           "lock_fs": bool(netns and lock_fs), "refusals": str(refused)}
     (job_dir / "job.json").write_text(json.dumps(job, indent=1))
     worker_env = {**env, "PYTHONPATH": str(REPO_ROOT)}
     isolate = [*NETNS, "--mount"] if netns and lock_fs else NETNS if netns else []
@@ -391,6 +393,7 @@ def run_notebook(sub: Submission, job_dir: Path, course_dir: Path, hidden: list[
             tail = f.read().decode(errors="replace").strip().splitlines()[-3:]
         record["stopped"] = killed or f"the grader's worker failed (exit code {proc.returncode}): {' / '.join(tail)}"
     record["checks"] = _read_log(log)
+    record.setdefault("refusals", sandbox.refusals(record, refused) if record.get("cells") else [])
     return record
 
 
@@ -541,7 +544,7 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
         print("grade: warning: unshare cannot give the notebooks a read-only view of the file system here, so only "
               "the audit hook keeps their writes inside their work folders (code below Python gets past it). "
               "Grade untrusted work in a container.", file=sys.stderr)
-    hidden = [course_dir, submissions, out, REPO_ROOT / "notebooks"]
+    hidden = [course_dir, submissions, out, REPO_ROOT]  # the hook reports reads there (the library excepted)
     plan: dict[str, dict[str, Submission]] = {}
     notes: dict[str, list[str]] = {}
     unreadable: dict[str, list[str]] = {}

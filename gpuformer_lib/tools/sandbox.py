@@ -57,7 +57,13 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import ensure_async
 
-from gpuformer_lib.tools.fslock import lock_filesystem
+from gpuformer_lib.tools import fslock
+
+JAILED = ("a root of its own: only the allowlist readable, all read-only but the work folder and the logs; the "
+          "kernel in a nested user namespace that cannot remount")
+"""What a run record's ``filesystem`` says when :func:`gpuformer_lib.tools.fslock.enter_jail` held."""
+GRADED_KERNEL = "gpuformer-graded"
+"""The kernel spec a jailed worker writes into its job folder: ipykernel behind :func:`fslock.kernel_argv`."""
 
 OUTPUT_CAP_BYTES = 200_000
 """Most bytes of output kept per cell; the rest is dropped with a note (the kernel still runs the cell)."""
@@ -74,10 +80,15 @@ import os as _os, sys as _sys
 
 _WORK = {work!r}
 _HIDDEN = {hidden!r}
+_READABLE_IN_HIDDEN = {readable_in_hidden!r}
 _LOG = {log!r}
+_REFUSALS = {refusals!r}
+_SITE = _os.path.dirname(_os.path.realpath(__file__))  # a child Python must keep it on PYTHONPATH
 _CORE = {core!r}
 _PYTHONS = {pythons!r}
 _WRITABLE = (_WORK, "/dev/null", "/dev/shm")
+_LOW_LEVEL = {low_level!r}
+_ISOLATING_FLAGS = set("SIE")  # python -S, -I, -E: a child that would start without this hook
 _COMPILER_CALLERS = {callers!r}
 _COMPILER_PROGRAMS = {programs!r}
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env")
@@ -93,7 +104,19 @@ def _inside(path, roots):
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+try:  # opened before the hook is installed; the hook refuses any later open of it
+    _REFUSALS_FD = _os.open(_REFUSALS, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT | _os.O_CLOEXEC, 0o644)
+except OSError:
+    _REFUSALS_FD = None
+
+
 def _refuse(what):
+    if _REFUSALS_FD is not None:  # reported to the instructor (grades.csv, feedback), then refused
+        import json
+        try:
+            _os.write(_REFUSALS_FD, (json.dumps({{"what": what[:300], "pid": _os.getpid()}}) + "\n").encode())
+        except (OSError, ValueError):
+            pass
     raise PermissionError(f"graded run: {{what}} is not allowed here (the notebook runs in a sandbox that keeps "
                           f"its writes inside its work folder {{_WORK}} and has no network)")
 
@@ -131,13 +154,43 @@ def _basename(executable):
     return _os.path.basename(_os.fsdecode(executable)) if executable is not None else ""
 
 
-def _allowed_program(executable, argv=None):
-    """Python; or a compiler on the list, started by torch's compiler or Triton. Never a shell."""
+def _hookless_python(argv, env):
+    """Why a Python child would start without this hook (``-S``, ``-I``, ``-E``, or an environment without
+    this folder on ``PYTHONPATH``); None if it would have it."""
+    args = list(argv[1:]) if isinstance(argv, (list, tuple)) else []
+    while args:  # the interpreter's options, up to the script, -c or -m
+        arg = _os.fsdecode(args.pop(0)) if isinstance(args[0], (str, bytes)) else ""
+        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
+            break
+        flags = arg[1:]
+        for i, flag in enumerate(flags):
+            if flag in _ISOLATING_FLAGS:
+                return f"python -{{flag}}"
+            if flag in "cmWX":  # the rest of the word, or the next word, is this option's argument
+                if flag in "WX" and i == len(flags) - 1 and args:
+                    args.pop(0)
+                break
+        if flags and flags[0] in "cm" or any(f in "cm" for f in flags.split("W")[0].split("X")[0]):
+            break
+    if env is not None:
+        paths = str(env.get("PYTHONPATH", env.get(b"PYTHONPATH", b"").decode(errors="replace"))).split(":")
+        if _SITE not in [_os.path.realpath(p) for p in paths if p]:
+            return "a Python without the sandbox's PYTHONPATH"
+    return None
+
+
+def _allowed_program(executable, argv=None, env=None):
+    """Python (with this hook); or a compiler on the list, started by torch's compiler or Triton. Never a shell."""
     name = _basename(executable)
     if name in _SHELLS or (isinstance(argv, (list, tuple)) and len(argv) > 1 and argv[1] == "-c"
                            and _basename(argv[0]) in _SHELLS):
         return False
+    if name == "uname":  # platform.uname() asks it for the processor's name; it only reads
+        return True
     if _is_python(executable):
+        hookless = _hookless_python(argv, env)
+        if hookless:
+            _refuse(f"starting {{hookless}} (a child that would run without the sandbox's checks)")
         return True
     import re
     compiler = re.fullmatch(r"(?:[\w]+-linux-gnu-)?(?:" + "|".join(map(re.escape, _COMPILER_PROGRAMS))
@@ -158,10 +211,20 @@ def _hook(event, args):
             if not (writing and _real(caller) == _CORE):
                 _refuse(f"opening the grading log {{real}}")
             return
+        if real == _REFUSALS:
+            _refuse(f"opening the sandbox's record of refusals {{real}}")
         if writing and not _inside(real, _WRITABLE):
             _refuse(f"writing {{real}}")
-        if _inside(real, _HIDDEN) and not _inside(real, (_WORK,)):
-            _refuse(f"reading {{real}}")
+        if not _inside(real, (_WORK, _SITE)) and (
+                (_inside(real, _HIDDEN) and not _inside(real, _READABLE_IN_HIDDEN)) or real.endswith(".ipynb")
+                or "/_build/" in real):
+            _refuse(f"reading {{real}} (the course's notebooks, their builds and other learners' work are "
+                    "not readable here)")
+    elif event == "ctypes.dlsym":
+        name = args[1] if len(args) > 1 else None
+        name = name.decode(errors="replace") if isinstance(name, bytes) else name
+        if isinstance(name, str) and name in _LOW_LEVEL:
+            _refuse(f"calling the C library's {{name}}() through ctypes")
     elif event in ("os.rename", "os.replace", "os.link", "os.symlink"):
         _check_write(args[1], event.split(".")[1])
         if event != "os.symlink":
@@ -182,13 +245,13 @@ def _hook(event, args):
     elif event == "subprocess.Popen":
         executable, argv = args[0], args[1]
         program = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
-        if not _allowed_program(program, argv):
+        if not _allowed_program(program, argv, args[3] if len(args) > 3 else None):
             _refuse(f"starting the program {{program}} (only Python, and a compiler started by torch.compile)")
     elif event in ("os.exec", "os.posix_spawn"):
-        if not _allowed_program(args[0], args[1]):
+        if not _allowed_program(args[0], args[1], args[2] if len(args) > 2 else None):
             _refuse(f"starting the program {{args[0]}} (only Python, and a compiler started by torch.compile)")
     elif event == "os.spawn":
-        if not _allowed_program(args[1], args[2]):
+        if not _allowed_program(args[1], args[2], args[3] if len(args) > 3 else None):
             _refuse(f"starting the program {{args[1]}} (only Python, and a compiler started by torch.compile)")
     elif event in ("os.system", "pty.spawn", "os.startfile"):
         _refuse(f"{{event}}")
@@ -198,8 +261,24 @@ _sys.addaudithook(_hook)
 '''
 
 
-def sitecustomize_source(work: Path, hidden: list[Path], log: Path) -> str:
-    """The ``sitecustomize.py`` that installs the audit hook for a run in ``work`` (see the module docstring)."""
+LOW_LEVEL_CALLS = ("mount", "umount", "umount2", "unshare", "setns", "pivot_root", "chroot", "syscall", "ptrace",
+                   "prctl", "capset", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "system", "popen",
+                   "fork", "vfork", "clone", "clone3", "posix_spawn", "posix_spawnp", "open", "open64", "openat",
+                   "openat64", "creat", "creat64", "fopen", "fopen64", "freopen", "rename", "renameat", "renameat2",
+                   "unlink", "unlinkat", "rmdir", "mkdir", "mkdirat", "truncate", "truncate64", "ftruncate",
+                   "chmod", "fchmod", "fchmodat", "chown", "link", "linkat", "symlink", "symlinkat", "socket",
+                   "connect", "bind", "sendto", "kill", "dlopen")
+"""C library functions the hook refuses to look up through ``ctypes`` (and reports): the routes below Python
+around its checks. Looking them up is refused; libraries keep loading with ``ctypes.CDLL``."""
+
+
+def sitecustomize_source(work: Path, hidden: list[Path], log: Path, refusals: Path | None = None,
+                         readable_in_hidden: list[Path] = ()) -> str:
+    """The ``sitecustomize.py`` that installs the audit hook for a run in ``work`` (see the module docstring):
+    ``hidden`` (but ``readable_in_hidden`` and ``work``) may not be read, ``log`` is opened by the checks only,
+    and each refusal is appended to ``refusals`` (default: ``refusals.jsonl`` beside ``log``). It is to be
+    written as ``sitecustomize.py`` into a folder of its own, which the children's ``PYTHONPATH`` must keep."""
+    refusals = refusals or Path(log).with_name("refusals.jsonl")
     core = Path(__file__).resolve().parents[1] / "exercises" / "_core.py"
     pythons = sorted({os.path.realpath(sys.executable), os.path.realpath(sys._base_executable)})
     callers = []  # the code that may start a compiler: torch's compiler and Triton, found without importing them
@@ -208,9 +287,15 @@ def sitecustomize_source(work: Path, hidden: list[Path], log: Path) -> str:
         if spec is not None and spec.origin:
             root = os.path.realpath(os.path.dirname(spec.origin))
             callers += [os.path.join(root, part).rstrip("/") for part in parts]
+    library = Path(__file__).resolve().parents[1]
+    readable = [library, Path(sys.prefix), *readable_in_hidden]
+    if os.environ.get("GPUFORMER_DATA"):
+        readable.append(Path(os.environ["GPUFORMER_DATA"]))
     return _TEMPLATE.format(work=os.path.realpath(work), hidden=[os.path.realpath(p) for p in hidden],
-                            log=os.path.realpath(log), core=str(core), pythons=pythons, callers=callers,
-                            programs=COMPILER_PROGRAMS)
+                            readable_in_hidden=[os.path.realpath(p) for p in readable],
+                            log=os.path.realpath(log), refusals=os.path.realpath(refusals),
+                            core=str(core), pythons=pythons, callers=callers,
+                            programs=COMPILER_PROGRAMS, low_level=LOW_LEVEL_CALLS)
 
 
 class _CappedClient(NotebookClient):
@@ -258,14 +343,15 @@ def run_job(job: dict, filesystem: str | None = None) -> dict:
     nb = nbformat.read(work / job["notebook"], as_version=4)
     transport = "tcp"
     if job.get("netns") and not _loopback_up():
-        transport = "ipc"  # no loopback: the kernel's channels go through files in the job's folder instead
-    client = _CappedClient(nb, timeout=job["cell_timeout"], kernel_name=job.get("kernel", "python3"),
+        transport = "ipc"  # no loopback: the kernel's channels go through files in the work folder instead
+    kernel = GRADED_KERNEL if filesystem == JAILED else job.get("kernel", "python3")
+    client = _CappedClient(nb, timeout=job["cell_timeout"], kernel_name=kernel,
                            allow_errors=True, interrupt_on_timeout=False, record_timing=False,
                            startup_timeout=120, resources={"metadata": {"path": str(work)}})
     client._sizes, client._capped = {}, set()
     client.km = client.create_kernel_manager()
     if transport == "ipc":
-        client.km.transport, client.km.ip = "ipc", str(record_path.parent / "kernel-ipc")
+        client.km.transport, client.km.ip = "ipc", str(work / ".kernel-ipc")
     start = time.monotonic()
     try:
         asyncio.run(_run_cells(client, job, record, record_path, start))
@@ -274,14 +360,44 @@ def run_job(job: dict, filesystem: str | None = None) -> dict:
     finally:
         atexit.unregister(client._cleanup_kernel)  # the kernel is gone or never started
     record["seconds"] = round(time.monotonic() - start, 2)
+    record["refusals"] = refusals(record, Path(job["refusals"])) if job.get("refusals") else []
     _write_json(record_path, record)
     nbformat.write(nb, job["executed"])
     return record
 
 
+_OS_REFUSALS = ("Read-only file system", "Operation not permitted", "Permission denied")
+
+
+def refusals(record: dict, path: Path) -> list[dict]:
+    """What the sandbox refused, each ``{"what", "cell"}`` (``cell``: the index of the notebook cell that was
+    running, None when unknown): the audit hook's record (``path``, one JSON line per refusal, attributed by the
+    cells' ``refusal_lines``), and the operating system's refusals that ended a cell (an ``OSError`` saying
+    read-only or not permitted that the hook did not raise)."""
+    found = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for number, line in enumerate(lines):
+        try:
+            what = str(json.loads(line)["what"])
+        except (ValueError, KeyError, TypeError):
+            what = f"an unreadable line in the sandbox's record of refusals: {line[:100]!r}"
+        cell = next((c["index"] for c in record["cells"]
+                     if c.get("refusal_lines") and c["refusal_lines"][0] <= number < c["refusal_lines"][1]), None)
+        found.append({"what": what, "cell": cell})
+    for c in record["cells"]:
+        text = f"{c.get('ename', '')}: {c.get('evalue', '')}"
+        if c["status"] == "error" and "graded run" not in text and any(m in text for m in _OS_REFUSALS):
+            found.append({"what": f"the operating system refused: {text[:300]}", "cell": c["index"]})
+    return found
+
+
 async def _run_cells(client: NotebookClient, job: dict, record: dict, record_path: Path, start: float) -> None:
     nb, deadline = client.nb, start + job["notebook_timeout"]
     log = Path(job["kernel_env"].get("GPUFORMER_GRADE_LOG") or os.devnull)
+    refused = Path(job.get("refusals") or os.devnull)
     replies: dict[int, dict] = {}
     client.on_cell_error = lambda cell, cell_index, execute_reply: replies.__setitem__(cell_index, execute_reply)
     async with client.async_setup_kernel(env=job["kernel_env"]):
@@ -296,7 +412,7 @@ async def _run_cells(client: NotebookClient, job: dict, record: dict, record_pat
                 break
             client.timeout = max(1, int(min(job["cell_timeout"], left)))
             entry: dict[str, Any] = {"index": index, "status": "ok"}
-            first_line = _lines(log)
+            first_line, first_refusal = _lines(log), _lines(refused)
             cell_start = time.monotonic()
             try:
                 await client.async_execute_cell(cell, index)
@@ -311,6 +427,7 @@ async def _run_cells(client: NotebookClient, job: dict, record: dict, record_pat
             entry["execution_count"] = cell.get("execution_count")
             entry["seconds"] = round(time.monotonic() - cell_start, 2)
             entry["log_lines"] = [first_line, _lines(log)]  # the checks' results this cell reported
+            entry["refusal_lines"] = [first_refusal, _lines(refused)]  # what the sandbox refused it
             record["cells"].append(entry)
             record["seconds"] = round(time.monotonic() - start, 2)
             _write_json(record_path, record)
@@ -320,6 +437,7 @@ async def _run_cells(client: NotebookClient, job: dict, record: dict, record_pat
             if entry["status"] == "timeout":
                 recovered = await _recovered(client)
                 entry["log_lines"][1] = _lines(log)  # what the interrupted cell reported on its way out
+                entry["refusal_lines"][1] = _lines(refused)
                 _write_json(record_path, record)
                 if not recovered:
                     record["stopped"] = (f"the kernel did not recover after cell {index + 1} ran past its time "
@@ -355,8 +473,24 @@ def main(argv: list[str] | None = None) -> int:
     job = json.loads(Path(args[0]).read_text())
     locked = None
     if job.get("lock_fs"):
-        error = lock_filesystem([Path(job["record"]).parent])
-        locked = "read-only outside the job folder" if error is None else f"not locked ({error})"
+        job_dir = Path(job["record"]).parent
+        try:
+            fslock.enter_jail(job_dir, fslock.allowlist(job.get("readable", [])))
+        except OSError as err:  # the grader probed this before grading: a failure now is the machine's
+            locked = f"not locked ({err})"
+            record = {"cells": [], "stopped": f"the run failed: the sandbox could not be built ({err})",
+                      "seconds": 0.0, "kernel": "not started", "filesystem": locked, "refusals": []}
+            _write_json(Path(job["record"]), record)
+            return 1
+        locked = JAILED
+        writable = [Path(job["work"]), Path(job["kernel_env"]["GPUFORMER_GRADE_LOG"]), Path(job["refusals"])]
+        command = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        spec = job_dir / "jupyter" / "kernels" / GRADED_KERNEL
+        spec.mkdir(parents=True, exist_ok=True)
+        _write_json(spec / "kernel.json", {"argv": fslock.kernel_argv(job_dir, writable, command),
+                                           "display_name": "graded notebook", "language": "python",
+                                           "interrupt_mode": "signal", "metadata": {"debugger": False}})
+        os.environ["JUPYTER_PATH"] = str(job_dir / "jupyter")
     run_job(job, locked)
     return 0
 
