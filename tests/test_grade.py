@@ -149,6 +149,13 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
             "a shell through torch": attempt(0, lambda: __import__("torch.utils.collect_env").utils.collect_env.run(
                 "echo x > {str(tmp_path / 'torch-shell.txt')}")),
             "shell=True": attempt(0, lambda: subprocess.run("cc --version", shell=True)),
+            "python -S": attempt(0, lambda: subprocess.run([sys.executable, "-S", "-c", "pass"])),
+            "python -IE": attempt(0, lambda: subprocess.run([sys.executable, "-X", "utf8", "-IE", "-c", "pass"])),
+            "python, PYTHONPATH dropped": attempt(0, lambda: subprocess.run([sys.executable, "-c", "pass"], env={{}})),
+            "ctypes mount": attempt(0, lambda: __import__("ctypes").CDLL(None).mount),
+            "another clone's notebook": attempt(0, lambda: open({str(tmp_path / 'clone' / '03_x.ipynb')!r})),
+            "a built book": attempt(0, lambda: open({str(tmp_path / '_build' / 'x.html')!r})),
+            "the record of refusals": attempt(0, lambda: open({str(tmp_path / 'refusals.jsonl')!r}, "a")),
         }}))
     """)
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -160,24 +167,30 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
     assert got == dict.fromkeys(got, "refused"), got
     assert not (tmp_path / "outside.txt").exists() and not (tmp_path / "o2.txt").exists()
     assert not (tmp_path / "torch-shell.txt").exists()
+    recorded = [json.loads(line)["what"] for line in (tmp_path / "refusals.jsonl").read_text().splitlines()]
+    assert len(recorded) == len(got) + 1, recorded  # each refusal, and the Python child's own refused write
+    assert "calling the C library's mount() through ctypes" in recorded and any("c.txt" in r for r in recorded)
 
 
-def test_a_locked_file_system_stops_what_the_hook_cannot_see(tmp_path):
-    """Below the audit hook: a shell started with the hook bypassed (as code below Python could) still cannot
-    write outside the job folder once the worker's mount namespace is locked."""
-    if not grade.netns_available() or not grade.filesystem_lock_available(tmp_path):
-        pytest.skip("this system does not let an unprivileged user create mount namespaces (unshare --mount)")
+def test_a_jailed_kernel_cannot_undo_its_read_only_file_system(tmp_path):
+    """Below the audit hook: a shell in the kernel's place (as code below Python could start) tries to remount /
+    and its job folder read-write and to write outside its work folder; the OS refuses all of it. Reading
+    outside the allowlist finds nothing."""
+    _require_sandbox()
     job = tmp_path / "job"
-    job.mkdir()
-    script = ("import subprocess, sys; from pathlib import Path; "
-              "from gpuformer_lib.tools.fslock import lock_filesystem; "
-              "assert lock_filesystem([Path(sys.argv[1])]) is None; "
-              "subprocess.run(['sh', '-c', 'echo x > ' + sys.argv[1] + '/in.txt; echo x > ' + sys.argv[2]])")
-    done = subprocess.run([*grade.NETNS, "--mount", sys.executable, "-c", script, str(job), str(tmp_path / "out.txt")],
+    (job / "work").mkdir(parents=True)
+    outside = tmp_path / "out.txt"
+    attempt = (f"mount -o remount,bind,rw /; mount -o remount,bind,rw {job}; echo x > {job}/work/in.txt; "
+               f"echo x > {outside}; echo x > {job}/record.json; cat {REPO_ROOT / 'README.md'} | head -1")
+    script = ("import subprocess, sys; from pathlib import Path; from gpuformer_lib.tools import fslock; "
+              "job = Path(sys.argv[1]); fslock.enter_jail(job); "
+              "sys.exit(subprocess.run(fslock.kernel_argv(job, [job / 'work'], ['sh', '-c', sys.argv[2]])).returncode)")
+    done = subprocess.run([*grade.NETNS, "--mount", sys.executable, "-c", script, str(job), attempt],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    assert done.returncode == 0, done.stderr
-    assert (job / "in.txt").is_file() and not (tmp_path / "out.txt").exists()
-    assert "Read-only file system" in done.stderr
+    assert (job / "work" / "in.txt").is_file(), done.stderr
+    assert not outside.exists() and not (job / "record.json").exists()
+    assert done.stderr.count("Read-only file system") >= 1 and "permission denied" in done.stderr.lower()
+    assert "gpuformer" not in done.stdout.lower()  # the README is not there
 
 
 # --------------------------------------------------------------------------- statuses from a run
@@ -359,6 +372,17 @@ def test_writes_outside_connects_and_a_forged_pass_are_refused_and_flagged(grade
     feedback = (graded["out"] / "feedback" / "evil.md").read_text()
     assert "**Review by hand** before trusting this grade" in feedback and "01 cell 5: _record" in feedback
     assert "Review by hand" not in (graded["out"] / "feedback" / "good.md").read_text()
+    evil = json.loads((graded["out"] / "work" / "evil" / "01_tiny" / "run.json").read_text())["refusals"]
+    assert [r["cell"] for r in evil] == [1, 2, 3] and "writing" in evil[0]["what"], evil
+    assert "the network" in evil[1]["what"] and "grading log" in evil[2]["what"]
+
+
+def test_an_honest_run_has_nothing_refused(graded):
+    """Nothing the course's own code does (torch, matplotlib, ipykernel, the checks) counts as an attempt."""
+    for name in ("good", "loop", "renamed"):
+        folder = graded["out"] / "work" / name
+        for record in folder.glob("*/run.json"):
+            assert json.loads(record.read_text())["refusals"] == [], (name, record)
 
 
 def test_the_feedback_gives_each_status_and_hint(graded):
@@ -481,6 +505,8 @@ def test_solved_student_copies_get_full_marks_and_untouched_ones_zero(tmp_path):
     assert {status for status, _ in results["untouched"].values()} == {grade.FAILED}, results["untouched"]
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "grades" / "grades.csv").open())}
     assert (rows["solved"]["total"], rows["untouched"]["total"], rows["solved"]["out_of"]) == ("5", "0", "5")
+    for record in (tmp_path / "grades" / "work").glob("*/*/run.json"):  # a real chapter: nothing refused
+        assert json.loads(record.read_text())["refusals"] == [], record
 
 
 # --------------------------------------------------------------------------- a determined student
