@@ -541,9 +541,11 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
     (out / MARKER).write_text("A grades folder written by gpuformer_lib.tools.grade; it is replaced on every run.\n")
     lock_fs = netns and filesystem_lock_available(out)
     if netns and not lock_fs:
-        print("grade: warning: unshare cannot give the notebooks a read-only view of the file system here, so only "
-              "the audit hook keeps their writes inside their work folders (code below Python gets past it). "
-              "Grade untrusted work in a container.", file=sys.stderr)
+        print("grade: warning: this system does not let the grader give each notebook a file system of its own "
+              "(user and mount namespaces, pivot_root), so the notebooks can read what this user can read (the "
+              "solutions in _build and other clones included) and only the audit hook keeps their writes inside "
+              "their work folders (code below Python gets past it). Grade untrusted work in a container without "
+              "the solutions (see the instructor's guide).", file=sys.stderr)
     hidden = [course_dir, submissions, out, REPO_ROOT]  # the hook reports reads there (the library excepted)
     plan: dict[str, dict[str, Submission]] = {}
     notes: dict[str, list[str]] = {}

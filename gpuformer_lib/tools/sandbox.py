@@ -5,38 +5,43 @@
 :mod:`gpuformer_lib.tools.grade` copies the notebook into a fresh work folder, writes ``JOB.json`` and starts
 this module, inside ``unshare --user --map-root-user --net --pid --fork --kill-child --mount`` where the system
 allows it (a network namespace with nothing but loopback, a PID namespace whose processes all die with it, and
-a mount namespace in which :func:`gpuformer_lib.tools.fslock.lock_filesystem` makes every file system read-only
-except the job's folder: **the real write boundary**, enforced by the OS kernel for everything the notebook
-runs, compiled code and programs included). It
+a mount namespace). There the worker first moves into a root of its own
+(:func:`gpuformer_lib.tools.fslock.enter_jail`: only an allowlist of paths, read-only, and the job folder) and
+starts the kernel one user namespace further in (:func:`gpuformer_lib.tools.fslock.kernel_argv`), where the
+job folder is read-only but for the work folder and the two logs, and no mount can be undone: **the real
+boundary**, enforced by the OS kernel for everything the notebook runs, compiled code and programs included. It
 executes the copy cell by cell with nbclient: a cell that raises is recorded and the next one runs; a cell past
 its time limit is recorded, the kernel interrupted and the run goes on if the kernel answers again; a kernel
 that dies, or the notebook's own time limit, ends the run. After every cell the record (``RUN.json``: per cell
-its status, error, execution count and the lines of the checks' log it wrote) is rewritten, so a worker killed
-from outside still leaves what it did. Outputs are capped per cell, so a cell that prints gigabytes fills
-neither the worker's memory nor the executed notebook.
+its status, error, execution count and the lines of the checks' log and of the refusals log it wrote) is
+rewritten, so a worker killed from outside still leaves what it did; at the end it gains ``refusals``
+(:func:`refusals`). Outputs are capped per cell, so a cell that prints gigabytes fills neither the worker's
+memory nor the executed notebook.
 
 The kernel starts with a ``sitecustomize.py`` (written by :func:`sitecustomize_source`) that installs a Python
 audit hook before any of the learner's code runs, in the kernel and in every Python process it starts. It
-refuses: opening a file for writing, renaming, deleting, linking or changing the mode of anything outside the
-work folder; reading the course's notebooks (their solutions), the submissions folder and the grades folder
-(other learners' work) outside the work folder; opening the grading log except from code whose file name is
-``gpuformer_lib/exercises/_core.py``; network connects and name look-ups other than loopback; and starting any
-program other than Python, except a compiler (:data:`COMPILER_PROGRAMS`: ``g++``, ``cc``, ``openssl``, ...) that
-torch's compiler or Triton starts (a caller in ``torch/_inductor``, ``torch/utils/cpp_extension.py`` or
-``triton/``); a shell (``shell=True``, ``os.system``, ``sh -c``) is always refused, so
-``torch.utils.collect_env.run('echo x > outside')`` is refused too.
+refuses, and appends to the refusals log (``refusals.jsonl``, opened before the hook and closed to any later
+open): opening a file for writing, renaming, deleting, linking or changing the mode of anything outside the
+work folder; reading notebooks outside the work folder, anything in a ``_build`` folder, and the repository, the
+course folder, the submissions and the grades folders (but the library, the environment and the data);
+opening the grading log except from code whose file name is ``gpuformer_lib/exercises/_core.py``; network
+connects and name look-ups other than loopback; looking up C-library calls that go around the hook through
+``ctypes`` (:data:`LOW_LEVEL_CALLS`); and starting any program other than Python with the hook (never ``python
+-S``, ``-I``, ``-E`` or an environment without the hook's ``PYTHONPATH``), except a compiler
+(:data:`COMPILER_PROGRAMS`: ``g++``, ``cc``, ``openssl``, ...) that torch's compiler or Triton starts (a caller
+in ``torch/_inductor``, ``torch/utils/cpp_extension.py`` or ``triton/``), and ``uname``; a shell (``shell=True``,
+``os.system``, ``sh -c``) is always refused, so ``torch.utils.collect_env.run('echo x > outside')`` is refused
+too.
 
-What the hook does not stop: code that goes below Python (``ctypes``, a compiled extension, ``os.write`` to a file
-descriptor that is already open); code that claims a torch or ``_core.py`` file name (``compile(src, ".../torch/
+What the hook does not stop: code that claims a torch or ``_core.py`` file name (``compile(src, ".../torch/
 _inductor/x.py", "exec")``) and so starts a listed compiler or opens the log; what a compiler it lets through
-does (``g++ -o /anywhere``); a child Python started without the hook (``python -S``, a cleared ``PYTHONPATH``);
-reading files the user can read; using memory and CPU. Where the mount namespace works, writes outside the job
-folder are refused by the OS whatever Python is bypassed (the grader checks this before grading, and warns when
-it cannot); the job folder itself (the work folder, the checks' log, the run record) stays writable, so a
-notebook can still forge its own results (see :mod:`gpuformer_lib.exercises._core`: the grader flags the
-cells that try). Without the mount namespace the hook is a guard against accidents and casual cheating, not a
-security boundary. Either way, grade untrusted submissions inside a container or virtual machine without the
-course's solutions or other secrets in it (see the instructor's guide).
+does (``gcc -wrapper`` runs any program); code below Python that does not look functions up by name; reading
+files on the allowlist; using memory and CPU. In the jail the OS refuses all of that's writes and reads
+outside the allowlist (the grader checks the jail before grading, and warns when it cannot build it); the work
+folder and the checks' log stay writable, so a notebook can still forge its own results (see
+:mod:`gpuformer_lib.exercises._core`: the grader flags the cells that try). Without the jail the hook is a guard
+against accidents and casual cheating, not a security boundary: grade untrusted submissions inside a container
+or virtual machine without the course's solutions or other secrets in it (see the instructor's guide).
 """
 
 from __future__ import annotations
