@@ -15,14 +15,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def masked_cross_entropy(logits: Tensor, targets: Tensor, padding_mask: Tensor, label_smoothing: float = 0.0) -> Tensor:
+def masked_cross_entropy(logits: Tensor, targets: Tensor, padding_mask: Tensor, label_smoothing: float = 0.0, *,
+                         allow_empty: bool = False) -> Tensor:
     """Mean cross-entropy over the real tokens: logits (B, T, V), targets (B, T), padding_mask (B, T)
     True at padding. Every real token weighs the same, however the padding is spread.
 
     A target below 0 (PyTorch's ``ignore_index=-100``) counts as padding too. A batch that is all
-    padding has no token to average over: its loss is 0, and so is its gradient (never NaN, whose
-    0 / 0 would spread to every weight). Nothing is read back from the device: no boolean indexing,
-    whose output size the host would have to wait for."""
+    padding has no token to average over: that is almost always a bug upstream (a mask the wrong way
+    round, targets all -100), so it raises ``ValueError`` unless ``allow_empty=True``, which a loop
+    accumulating micro-batches passes (one micro-batch may hold only padding; the step as a whole is
+    checked, as :func:`gpuformer_lib.train.train` does). Then its loss is 0, and so is its gradient
+    (never NaN, whose 0 / 0 would spread to every weight). The check reads one boolean back from the
+    device; with ``allow_empty=True`` nothing is read back: no boolean indexing, whose output size the
+    host would have to wait for."""
     if not all(isinstance(t, Tensor) for t in (logits, targets, padding_mask)):
         raise TypeError("masked_cross_entropy takes three tensors: logits (B, T, V), targets (B, T) and "
                         "padding_mask (B, T)")
@@ -41,6 +46,11 @@ def masked_cross_entropy(logits: Tensor, targets: Tensor, padding_mask: Tensor, 
             or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be a number in [0, 1], got {label_smoothing!r}")
     padding = padding_mask | (targets < 0)  # ignore_index=-100 and the like: no token to learn there
+    if not allow_empty and bool(padding.all()):
+        raise ValueError(f"every one of the {padding.numel()} target positions is padding (padding_mask True, or a "
+                         "target below 0 such as -100), so there is no token to average the loss over: is the mask "
+                         "the wrong way round (True marks padding here)? Pass allow_empty=True where a batch of "
+                         "only padding is expected (a micro-batch in gradient accumulation); its loss is then 0")
     # padding positions get logits 0 and target 0: finite values whatever was there, and their losses are
     # dropped below, so the backward pass sends them an exact 0
     logits = logits.masked_fill(padding[..., None], 0.0)

@@ -33,9 +33,22 @@ def test_masked_cross_entropy_errors():
         masked_cross_entropy(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), torch.zeros(2, 4, dtype=torch.bool))
 
 
+def test_masked_cross_entropy_of_all_padding_says_so_unless_allowed():
+    """Before: a batch of only padding (a mask the wrong way round, targets all -100) quietly gave loss 0."""
+    logits, targets = torch.randn(2, 3, 5), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="every one of the 6 target positions is padding.*wrong way round"):
+        masked_cross_entropy(logits, targets, torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="allow_empty=True"):
+        masked_cross_entropy(logits, targets.fill_(-100), torch.zeros(2, 3, dtype=torch.bool))
+    one_real = torch.ones(2, 3, dtype=torch.bool)
+    one_real[1, 2] = False  # a single real token is a batch
+    assert masked_cross_entropy(logits, targets.fill_(1), one_real).item() > 0
+
+
 def test_masked_cross_entropy_of_all_padding_is_zero_with_a_zero_gradient():
     logits = torch.full((1, 2, 5), float("nan")).requires_grad_()  # whatever a padded position holds
-    loss = masked_cross_entropy(logits, torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool))
+    loss = masked_cross_entropy(logits, torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool),
+                                allow_empty=True)
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros_like(logits))  # not NaN (0 / 0)
 

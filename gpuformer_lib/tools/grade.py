@@ -327,9 +327,10 @@ def filesystem_lock_available(scratch: Path) -> bool:
 def _clean_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS
            and not k.startswith(("GPUFORMER_", "JUPYTER", "IPYTHON", "MPL")) and k != "PYTHONPATH"}
-    for name in ("GPUFORMER_DATA", "GPUFORMER_CHECK_TIME_LIMIT"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
+    if os.environ.get("GPUFORMER_CHECK_TIME_LIMIT"):
+        env["GPUFORMER_CHECK_TIME_LIMIT"] = os.environ["GPUFORMER_CHECK_TIME_LIMIT"]
+    from gpuformer_lib.data import data_dir
+    env["GPUFORMER_DATA"] = str(data_dir())  # the folder the learner's run would use, and the sandbox shows
     tmp = home / "tmp"
     env.update(HOME=str(home), TMPDIR=str(tmp), TEMP=str(tmp), TMP=str(tmp), XDG_CACHE_HOME=str(home / ".cache"),
                XDG_CONFIG_HOME=str(home / ".config"), MPLCONFIGDIR=str(home / ".config" / "matplotlib"),

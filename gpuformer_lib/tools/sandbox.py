@@ -293,9 +293,8 @@ def sitecustomize_source(work: Path, hidden: list[Path], log: Path, refusals: Pa
             root = os.path.realpath(os.path.dirname(spec.origin))
             callers += [os.path.join(root, part).rstrip("/") for part in parts]
     library = Path(__file__).resolve().parents[1]
-    readable = [library, Path(sys.prefix), *readable_in_hidden]
-    if os.environ.get("GPUFORMER_DATA"):
-        readable.append(Path(os.environ["GPUFORMER_DATA"]))
+    from gpuformer_lib.data import data_dir  # imported here: the worker itself does not need torch to start
+    readable = [library, Path(sys.prefix), data_dir(), *readable_in_hidden]
     return _TEMPLATE.format(work=os.path.realpath(work), hidden=[os.path.realpath(p) for p in hidden],
                             readable_in_hidden=[os.path.realpath(p) for p in readable],
                             log=os.path.realpath(log), refusals=os.path.realpath(refusals),
