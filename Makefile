@@ -9,6 +9,7 @@
 #   make lab      JupyterLab on the notebooks
 #   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one)
 #   make student  student copies of the notebooks (solutions removed) in _build/student
+#   make clean    remove the build outputs in _build, keeping _build/student (the learners' working copies)
 #   make format   wrap the notebooks' code to the book's column (black, 79 characters; tests check the width)
 #   make grade SUBMISSIONS=dir [OUT=dir]   grade a class's notebooks (one folder or .ipynb per student):
 #                 OUT/grades.csv and OUT/feedback/<student>.md, OUT defaults to _build/grades
@@ -18,7 +19,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Real data sets: read from $GPUFORMER_DATA if set, else from a shared data folder beside the
-# repository if there is one (as in CI), else from data/ (downloaded there when missing).
+# repository if there is one (as in CI), else from data/ (downloaded there when missing). The rule is
+# gpuformer_lib.data.data_dir()'s, so notebooks run without make agree; exporting it here also hands it
+# to the tools that pass $GPUFORMER_DATA on (the grader's sandbox).
 export GPUFORMER_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 
 # Two notebooks at a time (each kernel on one thread): on 2 cores the whole run stays under 20 minutes.
@@ -80,5 +83,7 @@ grade: $(STAMP)
 format: $(STAMP)
 	$(PY) -m black --quiet --line-length 79 --preview --enable-unstable-feature string_processing notebooks/
 
+# Removes the build outputs in _build (the book's html/, jupyter_execute/, .doctrees/, grades/, screenshots/...)
+# but keeps _build/student: make student writes the learners' copies there and they work in them.
 clean:
-	rm -rf _build
+	if [ -d _build ]; then find _build -mindepth 1 -maxdepth 1 ! -name student -exec rm -rf {} +; fi

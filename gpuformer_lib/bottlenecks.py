@@ -10,7 +10,8 @@ Covers:
   synchronise inside the timer. (A synchronise there waits for the *previous* step's queued kernels and books
   the GPU's compute as "waiting for data".)
 - reading a Chrome/Perfetto trace written by ``torch.profiler`` (``export_chrome_trace``):
-  :func:`load_trace`, :func:`profiler_steps` (the ``ProfilerStep#N`` windows), :func:`host_syncs` (the
+  :func:`load_trace` (a relative path is also looked for in the course's notebooks folder,
+  :func:`shipped_file`), :func:`profiler_steps` (the ``ProfilerStep#N`` windows), :func:`host_syncs` (the
   read-backs: ``aten::_local_scalar_dense`` under ``.item()``/``int()``/``bool()``, and on a GPU the
   ``cudaStreamSynchronize`` it waits in), :func:`busy_share` (the share of a window in which a row, e.g. a
   CUDA stream's kernels or a CPU thread's operators, is busy; the rest is idle gaps), :func:`launch_gaps`;
@@ -30,6 +31,7 @@ import dataclasses
 import json
 import os
 import time
+from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
@@ -123,12 +125,35 @@ def time_input_pipeline(train_step: Callable[[list], object], prepare: Callable[
 # --------------------------------------------------------------------------- reading a trace
 
 
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+"""The course's notebooks folder: the shipped traces are in its ``traces/``, and chapter 10 names them relative to
+it, as a kernel started there (``make lab``, the book's build) sees them."""
+
+
+def shipped_file(path: str | os.PathLike) -> Path:
+    """``path`` as given if it exists from the current folder, else a relative ``path`` inside the course's
+    notebooks folder (:data:`NOTEBOOKS_DIR`) if it is there: chapter 10 opens ``traces/cpu-tiny-step.json``,
+    which a kernel started in another folder (an IDE, ``jupyter lab`` from the repository root) would not find.
+    Raises :class:`FileNotFoundError` saying where the file was looked for and where it should be."""
+    given = Path(path)
+    if given.exists():
+        return given
+    beside_notebooks = NOTEBOOKS_DIR / given
+    if not given.is_absolute() and beside_notebooks.exists():
+        return beside_notebooks
+    where = "" if given.is_absolute() else f" nor in the course's notebooks folder ({beside_notebooks})"
+    raise FileNotFoundError(
+        f"{str(path)!r} was not found from the current folder ({Path.cwd()}){where}. The chapters name their files "
+        f"relative to the notebooks folder ({NOTEBOOKS_DIR}) and expect the kernel to run there: start Jupyter "
+        "with `make lab`, or pass the file's full path")
+
+
 def load_trace(trace: str | os.PathLike | dict) -> list[dict]:
     """The complete events ("X": a name, a start ``ts`` and a duration ``dur`` in microseconds, a ``pid``/``tid``
     row and a ``cat`` such as ``cpu_op``, ``kernel``, ``cuda_runtime``, ``user_annotation``) of a Chrome trace
-    (a path, or the loaded JSON), sorted by start time."""
+    (a path, found by :func:`shipped_file`, or the loaded JSON), sorted by start time."""
     if not isinstance(trace, dict):
-        with open(trace) as f:
+        with open(shipped_file(trace)) as f:
             trace = json.load(f)
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):

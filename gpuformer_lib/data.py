@@ -9,7 +9,8 @@ tokenizers (English words, Chinese characters, characters); a vocabulary with
 special tokens; splits fixed by seed; encoding with a length limit; padding and collation; and
 length bucketing, which keeps sentences of similar length together so batches carry little padding.
 
-The data folder is ``$GPUFORMER_DATA`` if set, else ``data/`` in the repository (git-ignored).
+The data folder (:func:`data_dir`) is ``$GPUFORMER_DATA`` if set, else a ``shared/data`` folder beside the
+repository if there is one (``../shared/data``, as CI lays it out), else ``data/`` in the repository (git-ignored).
 Nothing here knows about models. Leaves out: the training loop (``train``).
 """
 
@@ -118,11 +119,21 @@ DATASETS = {
 }
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
 def data_dir() -> Path:
-    """The folder data sets are read from and downloaded to."""
+    """The folder data sets are read from and downloaded to: ``$GPUFORMER_DATA`` if set, else
+    ``../shared/data`` beside the repository if that folder exists, else ``data/`` in the repository.
+
+    The rule lives here, not only in the Makefile, so that a notebook run without ``make`` (nbconvert, a
+    Lab started by hand, an IDE) reads the same folder as ``make test``. The shared folder is taken as a
+    whole when it exists (a file missing there is downloaded there, as with ``$GPUFORMER_DATA``): one
+    folder per run, never a file from each."""
     if os.environ.get(DATA_ENV):
         return Path(os.environ[DATA_ENV]).expanduser()
-    return Path(__file__).resolve().parents[1] / "data"
+    shared = REPO_ROOT.parent / "shared" / "data"
+    return shared if shared.is_dir() else REPO_ROOT / "data"
 
 
 def _sha256(data: bytes) -> str:

@@ -12,7 +12,9 @@ measured float32 matmul peak) and peak memory (GPU only). A last row runs PyTorc
 ``nn.TransformerEncoder`` at the settings of the fused-SDPA rung; and causal attention alone (forward +
 backward, explicit against fused) is timed at the preset's shape.
 
-Run it as ``python -m gpuformer_lib.ladder`` (see :func:`main`). The default preset is chosen by memory
+Run it as ``python -m gpuformer_lib.ladder`` (see :func:`main`); each run writes a new, dated JSON file under
+``bench_results/runs/`` (git-ignored), so a learner's run never replaces the results committed in
+``bench_results/``. The default preset is chosen by memory
 (:func:`preset_for`): GPT-2 small with the largest batch whose strictest rung fits the GPU with a margin,
 a tiny model on a CPU. A rung that runs out of memory anyway is recorded as skipped; rungs a device cannot
 run (TF32 below compute capability 8.0, CUDA graphs off CUDA) are skipped with the reason. A GPU without
@@ -405,6 +407,20 @@ def _slug(text: str) -> str:
     return "".join(ch.lower() if ch.isalnum() else "-" for ch in text).strip("-")
 
 
+RUNS_DIR = Path("bench_results") / "runs"
+"""Where a run writes by default, relative to the current folder: git-ignored (``**/bench_results/runs/``), so
+that running the command from the repository never changes the committed ``bench_results/ladder-*.json``, which
+chapter 10 lists as the results measured on other devices."""
+
+
+def default_json_path(result: LadderResult) -> Path:
+    """``bench_results/runs/ladder-<preset>-<device>-<UTC time>.json``: a new name per run, so runs never replace
+    one another. To add a result to the committed ones, pass ``--json bench_results/ladder-<preset>-<device>.json``
+    (and ``--overwrite`` to replace one)."""
+    stamp = datetime.datetime.fromisoformat(result.date).astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return RUNS_DIR / f"ladder-{result.preset}-{_slug(result.hardware.get('gpu_name') or result.device)}-{stamp}.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuformer_lib.ladder",
                                      description="Climb the training ladder: fp32 -> TF32 -> bf16 -> fused SDPA -> "
@@ -418,12 +434,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per rung, compilation included")
     parser.add_argument("--skip", default="", help=f"comma-separated rungs to leave out, of: {','.join(RUNG_KEYS)}")
     parser.add_argument("--json", dest="json_path",
-                        help="where to write the results (default: bench_results/ladder-<preset>-<device>.json)")
+                        help="where to write the results (default: a new file per run, "
+                             "bench_results/runs/ladder-<preset>-<device>-<UTC time>.json, git-ignored)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the --json file if it exists (without it, an existing file is refused: "
+                             "bench_results/ holds the committed results)")
     parser.add_argument("--allow-cpu-gpt2", action="store_true", help="run gpt2-small on a CPU anyway (very slow)")
     args = parser.parse_args(argv)
     if args.json_path and (not args.json_path.endswith(".json") or Path(args.json_path).is_dir()):
-        parser.error(f"--json {args.json_path}: give a file name ending in .json (the results are written there, "
-                     "replacing it), e.g. --json bench_results/ladder.json")
+        parser.error(f"--json {args.json_path}: give a file name ending in .json, e.g. --json my-ladder.json")
+    if args.json_path and Path(args.json_path).exists() and not args.overwrite:  # refused before minutes of work
+        parser.error(f"--json {args.json_path} exists and may be a committed result: pass --overwrite to replace it, "
+                     "or leave out --json to write a new file under bench_results/runs/")
     profile = current_profile(args.device)
     device = compute_device(profile, args.device)
     preset = PRESETS[args.preset] if args.preset else preset_for(profile)
@@ -444,8 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"causal attention forward + backward, {a['dtype']}, (B, H, T, hs) = {tuple(a['shape'])}: explicit "
           f"{bench.format_seconds(a['explicit_s'])}, fused SDPA {bench.format_seconds(a['fused_s'])}: "
           f"{a['speedup']:.1f}x")
-    default = Path("bench_results") / f"ladder-{preset.name}-{_slug(gpu_name or result.device)}.json"
-    path = Path(args.json_path or default)
+    path = Path(args.json_path) if args.json_path else default_json_path(result)
+    if path.exists() and not args.overwrite:  # appeared during the run (checked before it too)
+        parser.error(f"{path} exists: pass --json with another name, or --overwrite to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:  # through a temporary file: an interruption leaves the old results or the new ones

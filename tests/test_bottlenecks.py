@@ -2,12 +2,13 @@
 
 import json
 import os
-import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from fake_clock import FakeClock
 from gpuformer_lib import bench, bottlenecks
 from gpuformer_lib.exercises.profiling import check_read_backs_per_step
 
@@ -68,17 +69,19 @@ def test_sync_cost_words_follow_the_value():
 def test_input_pipeline_times_preparation_without_a_sync(monkeypatch):
     syncs = []
     monkeypatch.setattr(bench, "synchronize", lambda device=None: syncs.append(1))
+    clock = FakeClock()  # each piece of work moves it by a known amount: exact values on any load
+    monkeypatch.setattr(bottlenecks, "time", clock)
 
     def prepare(i):
-        time.sleep(0.002)
+        clock.sleep(0.002)
         return torch.zeros(2, 3, dtype=torch.long)
 
     def step(batches):
-        time.sleep(0.02)  # stands for the device's work: must not be booked as waiting for data
+        clock.sleep(0.02)  # stands for the device's work: must not be booked as waiting for data
 
     per_step, prep = bottlenecks.time_input_pipeline(step, prepare, 3, "cpu")
     assert len(syncs) == 2  # before and after the loop, never inside the data timer
-    assert 0.002 <= prep < 0.012 and per_step >= 0.02 + prep * 0.9
+    assert prep == pytest.approx(0.002) and per_step == pytest.approx(0.02 + 0.002)
     with pytest.raises(ValueError, match="CPU tensor"):
         bottlenecks.time_input_pipeline(step, lambda i: [1, 2], 1, "cpu")
 
@@ -141,6 +144,29 @@ def test_read_backs_exercise_check(capsys):
     assert "twice" in capsys.readouterr().out
     assert not check_read_backs_per_step(lambda ev: len(bottlenecks.host_syncs(ev)), SHIPPED_TRACE)
     assert "whole trace" in capsys.readouterr().out
+
+
+def test_the_shipped_trace_is_found_when_the_kernel_runs_in_another_folder(tmp_path, monkeypatch):
+    """Chapter 10 names traces/cpu-tiny-step.json relative to notebooks/; a kernel started elsewhere (an IDE,
+    `jupyter lab` from the repository root) got a bare FileNotFoundError from load_trace and exercise 10.1."""
+    monkeypatch.chdir(tmp_path)
+    assert len(bottlenecks.profiler_steps(bottlenecks.load_trace("traces/cpu-tiny-step.json"))) == 3
+    assert check_read_backs_per_step(lambda ev: bottlenecks.syncs_per_step(ev), "traces/cpu-tiny-step.json")
+    (tmp_path / "traces").mkdir()  # a file of that name where the kernel runs is the learner's: it comes first
+    (tmp_path / "traces" / "cpu-tiny-step.json").write_text(json.dumps({"traceEvents": []}))
+    assert bottlenecks.load_trace("traces/cpu-tiny-step.json") == []
+    assert bottlenecks.shipped_file("traces/cpu-tiny-step.json") == Path("traces/cpu-tiny-step.json")
+
+
+def test_a_missing_trace_says_where_it_should_be_and_where_to_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        bottlenecks.load_trace("traces/no-such-step.json")
+    message = str(err.value)
+    assert str(tmp_path) in message and str(bottlenecks.NOTEBOOKS_DIR / "traces" / "no-such-step.json") in message
+    assert "expect the kernel to run there" in message and "make lab" in message
+    with pytest.raises(FileNotFoundError, match="full path"):
+        bottlenecks.load_trace(tmp_path / "absent.json")
 
 
 def test_tokens_per_second_bound():

@@ -4,6 +4,8 @@ splits, encoding limits, padding, collation and bucketing."""
 import hashlib
 import io
 import os
+import shutil
+import subprocess
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -112,6 +114,46 @@ def test_a_download_that_is_not_the_expected_zip_writes_nothing(monkeypatch, tmp
     with pytest.raises(data.DataFileError, match="not a zip archive holding t.txt"):
         data.data_path("t")
     assert not any(tmp_path.iterdir())
+
+
+def test_the_data_folder_falls_back_to_a_shared_folder_beside_the_repository(tmp_path, monkeypatch):
+    """The rule is data_dir()'s, not only the Makefile's: a notebook run without make (nbconvert, a Lab started by
+    hand) finds ../shared/data too. $GPUFORMER_DATA, else ../shared/data if it exists, else the repository's data/."""
+    repo = tmp_path / "course"
+    repo.mkdir()
+    monkeypatch.setattr(data, "REPO_ROOT", repo)
+    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    assert data.data_dir() == repo / "data"  # no shared folder beside the repository
+    shared = tmp_path / "shared" / "data"
+    shared.mkdir(parents=True)
+    assert data.data_dir() == shared
+    (shared / "tinyshakespeare.txt").write_text("First Citizen:\n")
+    assert data.data_path("tinyshakespeare", download=False, verify=False) == shared / "tinyshakespeare.txt"
+    monkeypatch.setenv(data.DATA_ENV, "")  # empty counts as unset: what the Makefile exports without a shared folder
+    assert data.data_dir() == shared
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "mine"))
+    assert data.data_dir() == tmp_path / "mine"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("with_shared", [True, False])
+def test_the_makefile_exports_the_folder_data_dir_chooses(tmp_path, monkeypatch, with_shared):
+    repo = tmp_path / "course"
+    repo.mkdir()
+    shutil.copyfile(REPO_ROOT / "Makefile", repo / "Makefile")
+    if with_shared:
+        (tmp_path / "shared" / "data").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in (data.DATA_ENV, "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    shown = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "show-data: ; @echo \"[$$GPUFORMER_DATA]\"",
+                            "show-data"], cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    exported = shown.stdout.strip()[1:-1]
+    monkeypatch.setattr(data, "REPO_ROOT", repo)
+    monkeypatch.setenv(data.DATA_ENV, exported)  # what a notebook started by make sees
+    by_make = data.data_dir()
+    monkeypatch.delenv(data.DATA_ENV)  # what a notebook started without make sees
+    assert by_make.resolve() == data.data_dir().resolve()
+    assert by_make.resolve() == (tmp_path / "shared" / "data" if with_shared else repo / "data").resolve()
 
 
 def test_data_path_arguments_are_checked():

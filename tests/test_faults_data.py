@@ -1,12 +1,14 @@
 """Fault injection for data and attention: damaged data files, a download that trickles, masks that
 mean "may attend" but would be added to the scores, and float16 scores that overflow.
 
-Each test is quick and deterministic on a CPU; nothing here touches the network (a fake ``urlopen``
-stands in for it) or the shared data folder (copies are damaged in a temporary folder)."""
+Each test is quick and deterministic on a CPU; nothing here touches the network (a fake ``urlopen``, or a
+server on 127.0.0.1, stands in for it) or the shared data folder (copies are damaged in a temporary folder)."""
 
 import hashlib
+import http.server
 import os
 import shutil
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +25,9 @@ from gpuformer_lib.tools.notebooks import REPO_ROOT
 SHARED = Path(os.environ.get(data.DATA_ENV) or REPO_ROOT.parent / "shared" / "data")
 needs_shared = pytest.mark.skipif(not (SHARED / "cmn-eng.txt").exists(),
                                   reason=f"no data folder at {SHARED}; set {data.DATA_ENV}")
+
+
+REAL_URLOPEN = urllib.request.urlopen  # before the fixture below swaps it: the local server's test needs it
 
 
 @pytest.fixture(autouse=True)
@@ -141,16 +146,16 @@ def test_an_explicit_path_is_the_learners_choice_and_read_unverified(tmp_path):
 
 class TricklingResponse:
     """An HTTP response that sends one byte per read, slowly: a stalled-but-alive server. It ends
-    after ``n_bytes`` so that, without a deadline, the download finishes (wrongly) instead of hanging."""
+    after ``n_bytes`` so that, without a deadline, the download finishes (wrongly) instead of hanging;
+    with ``released`` (see :func:`released`) it also ends, at once, when the test sets that event."""
 
-    def __init__(self, n_bytes: int = 40, seconds_per_byte: float = 0.05):
-        self.left, self.delay = n_bytes, seconds_per_byte
+    def __init__(self, n_bytes: int = 40, seconds_per_byte: float = 0.05, released: threading.Event | None = None):
+        self.left, self.delay, self.released = n_bytes, seconds_per_byte, released or threading.Event()
         self.headers = {"Content-Length": str(n_bytes)}
 
     def _one(self) -> bytes:
-        if not self.left:
+        if not self.left or self.released.wait(self.delay):
             return b""
-        time.sleep(self.delay)
         self.left -= 1
         return b"x"
 
@@ -172,33 +177,98 @@ class TricklingResponse:
         return False
 
 
-def test_a_trickling_download_is_cut_off_at_the_deadline_and_writes_nothing(tmp_path, monkeypatch):
+@pytest.fixture
+def released():
+    """Set once the test has its answer (and at its end): until then the fake servers below do not finish, so
+    only the deadline can end a download before it, however slowly a busy machine runs the test; no time is
+    measured. Without a deadline the download ends after the server's 60 s with a failure, not a hang."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_a_trickling_download_is_cut_off_at_the_deadline_and_writes_nothing(tmp_path, monkeypatch, released):
     monkeypatch.setitem(data.DATASETS, "t", data.DataSource("t.txt", "https://example.org/t", "0" * 64, "PD", "x"))
     monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "d"))
-    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: TricklingResponse())
-    start = time.monotonic()
+    response = TricklingResponse(n_bytes=1200, seconds_per_byte=0.05, released=released)  # 60 s unless released
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: response)
     with pytest.raises(data.DownloadTimeoutError, match="deadline of 0.3 s") as err:
         data.data_path("t", deadline=0.3)
-    assert time.monotonic() - start < 0.3 + 1.0  # the whole trickle would take 2 s
+    released.set()  # the server had not finished: the deadline ended the download
     assert "nothing was written" in str(err.value) and "deadline=" in str(err.value)
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
 
 
-def test_a_server_that_trickles_its_headers_is_cut_off_at_the_deadline(tmp_path, monkeypatch):
+def test_a_server_that_trickles_its_headers_is_cut_off_at_the_deadline(tmp_path, monkeypatch, released):
     """urlopen returns only once the headers are in: a deadline checked between body chunks never runs."""
     monkeypatch.setitem(data.DATASETS, "t", data.DataSource("t.txt", "https://example.org/t", "0" * 64, "PD", "x"))
     monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "d"))
 
     def slow_headers(*args, **kwargs):
-        time.sleep(3.0)  # each header byte in time for the per-read timeout, the whole far past the deadline
+        released.wait(60)  # each header byte in time for the per-read timeout, the whole far past the deadline
         return TricklingResponse(n_bytes=5, seconds_per_byte=0.0)
 
     monkeypatch.setattr(urllib.request, "urlopen", slow_headers)
-    start = time.monotonic()
     with pytest.raises(data.DownloadTimeoutError, match="deadline of 0.3 s") as err:
         data.data_path("t", deadline=0.3)
-    assert time.monotonic() - start < 0.3 + 1.0
+    released.set()  # the headers had not come: the deadline ended the download
     assert "0 bytes arrived" in str(err.value) and "nothing was written" in str(err.value)
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+
+
+@pytest.fixture
+def endless_trickle():
+    """The address of a real HTTP server on 127.0.0.1 that sends its headers at once, then one byte every
+    0.5 s: each read gets a byte well within any per-read timeout, so only an overall deadline ends a
+    download from it. It gives up after 30 s, so that a download without a deadline ends the test with a
+    failure (a short, wrong file) instead of hanging it."""
+    done = threading.Event()
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**9))  # a large file, never finished
+            self.end_headers()
+            give_up = time.monotonic() + 30
+            try:
+                while not done.is_set() and time.monotonic() < give_up:
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    done.wait(0.5)
+            except OSError:  # the client hung up, as a download past its deadline does at its next chunk
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/t.txt"
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
+        serving.join(10)
+
+
+def test_a_real_server_that_trickles_is_cut_off_by_the_overall_deadline(tmp_path, monkeypatch, endless_trickle):
+    """A real socket, not a fake response: the per-read timeout (60 s) never fires, since a byte comes every
+    0.5 s; the overall deadline (2 s) must end the download anyway, and nothing may be written."""
+    monkeypatch.setattr(urllib.request, "urlopen", REAL_URLOPEN)
+    for proxy in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):  # a proxy would not reach our 127.0.0.1
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setitem(data.DATASETS, "t", data.DataSource("t.txt", endless_trickle, "0" * 64, "PD", "x"))
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "d"))
+    start = time.monotonic()
+    with pytest.raises(data.DownloadTimeoutError, match="deadline of 2 s") as err:
+        data.data_path("t", timeout=60, deadline=2.0)
+    took = time.monotonic() - start
+    assert took < 20, f"a 2 s deadline took {took:.1f} s: it does not bound the whole download"
+    # the headers came at once (a localhost connection, far within 2 s): cut off while the body trickled
+    assert "of 1,000,000,000 bytes arrived" in str(err.value) and "nothing was written" in str(err.value)
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
 
 

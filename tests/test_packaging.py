@@ -4,7 +4,9 @@ floor no lower than the APIs the library calls (findings B8, B9, B17)."""
 import ast
 import json
 import re
+import subprocess
 import sys
+import textwrap
 import tomllib
 
 from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
@@ -61,3 +63,50 @@ def test_the_torch_floor_covers_the_apis_used():
     for floor in floors:
         assert tuple(int(p) for p in floor.split(".")[:2]) >= (2, 6), f"torch>={floor} is too low"
     assert floors[0] == floors[1], "pyproject.toml and requirements.txt disagree on the torch floor"
+
+
+def run_without_site_packages(code: str) -> subprocess.CompletedProcess:
+    """``code`` in this Python without its site-packages (-S) or environment (-I): a Python without torch, as a plain
+    ``python3`` is, that imports the library from the repository as one started inside it does."""
+    prelude = f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r})\n"
+    return subprocess.run([sys.executable, "-I", "-S", "-c", prelude + textwrap.dedent(code)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_python_without_torch_is_told_to_use_the_courses_environment():
+    done = run_without_site_packages('''
+        import importlib.util, sys
+        import gpuformer_lib, gpuformer_lib.tools.fslock  # tools that need no torch import without it
+        assert "torch" not in sys.modules and importlib.util.find_spec("torch") is None  # asking still answers None
+        try:
+            from gpuformer_lib import attention
+        except ModuleNotFoundError as err:
+            print(err.name, type(err).__name__, err, sep="\\n")
+        try:
+            import gpuformer_lib.no_such_module  # a library module that does not exist is not a missing dependency
+        except ModuleNotFoundError as err:
+            print(type(err).__name__, err)
+    ''')
+    assert done.returncode == 0, done.stderr
+    name, kind, message, not_a_dependency = done.stdout.strip().split("\n")
+    assert name == "torch" and kind == "MissingDependencyError"
+    assert message.startswith("No module named 'torch': gpuformer_lib.attention needs it")
+    assert f"{REPO_ROOT}/.venv/bin/python" in message and "`make lab`" in message and '"Getting PyTorch"' in message
+    assert not_a_dependency == "ModuleNotFoundError No module named 'gpuformer_lib.no_such_module'"
+
+
+def test_the_library_modules_load_as_before_with_the_import_hook():
+    """The hook wraps the library's loaders: source, resources and `python -m` must see what they saw."""
+    import importlib.resources
+    import inspect
+
+    from gpuformer_lib import attention, viz
+
+    assert type(attention.__loader__).__name__ == "_HintingLoader"
+    assert "def scaled_dot_product_attention" in inspect.getsource(attention)
+    assert "function" in importlib.resources.files("gpuformer_lib").joinpath("js/memory_calculator.js").read_text()
+    assert (importlib.resources.files("gpuformer_lib.workers") / "data_parallel.py").is_file()
+    done = subprocess.run([sys.executable, "-m", "gpuformer_lib.ladder", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "--overwrite" in done.stdout, done.stderr
+    assert viz.__spec__.loader.get_source("gpuformer_lib.viz") == (REPO_ROOT / "gpuformer_lib" / "viz.py").read_text()

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ import torch
 from gpuformer_lib import bench, ladder, memory, speed
 from gpuformer_lib.model import TransformerConfig
 from gpuformer_lib.profiles import PROFILES
+from gpuformer_lib.tools.notebooks import REPO_ROOT
 
 MICRO = ladder.LadderPreset(TransformerConfig(vocab_size=64, d_model=32, n_heads=2, n_decoder_layers=1, d_ff=64,
                                               dropout=0.0, max_len=16, activation="gelu"), batch_size=2, seq_len=16)
@@ -95,6 +97,60 @@ def test_command_line(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "gpuformer_lib.ladder", "--device", "cpu", "--preset",
                               "gpt2-small"], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "--preset tiny" in refused.stderr
+
+
+def a_ladder_result(date="2026-01-02T03:04:05+00:00"):
+    """What run_ladder returns, without minutes of measuring: the command's file handling is under test."""
+    row = ladder.LadderRow("fp32", "fp32 eager (strict)", step_s=0.1, tokens_per_s=320.0, speedup=1.0, loss=4.2)
+    return ladder.LadderResult(preset="tiny", device="cpu", profile="cpu", hardware={}, batch_size=2, seq_len=16,
+                               n_params=1000, flops_per_step=10**6, peak_flops=None, peak_source="no peak", rows=[row],
+                               attention={"dtype": "float32", "shape": [2, 2, 16, 16], "explicit_s": 0.002,
+                                          "fused_s": 0.001, "speedup": 2.0}, versions={"torch": torch.__version__},
+                               date=date)
+
+
+def test_a_run_writes_a_new_git_ignored_file_and_never_replaces_a_committed_result(tmp_path, monkeypatch, capsys):
+    """A learner running the command from the repository used to replace bench_results/ladder-tiny-cpu.json,
+    the committed result chapter 10 lists; now each run writes a new dated file under bench_results/runs/."""
+    monkeypatch.chdir(tmp_path)
+    committed = tmp_path / "bench_results" / "ladder-tiny-cpu.json"
+    committed.parent.mkdir()
+    committed.write_text('{"committed": true}\n')
+    results = iter([a_ladder_result(), a_ladder_result("2026-01-02T03:04:06+00:00")])
+    monkeypatch.setattr(ladder, "run_ladder", lambda *args, **kwargs: next(results))
+    assert ladder.main(["--device", "cpu"]) == 0 and ladder.main(["--device", "cpu"]) == 0
+    assert committed.read_text() == '{"committed": true}\n'
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "bench_results").rglob("*.json"))
+    assert written == ["bench_results/ladder-tiny-cpu.json", "bench_results/runs/ladder-tiny-cpu-20260102T030405Z.json",
+                       "bench_results/runs/ladder-tiny-cpu-20260102T030406Z.json"]
+    assert f"wrote {written[1]}" in capsys.readouterr().out
+    assert json.loads((tmp_path / written[1]).read_text())["preset"] == "tiny"
+    # chapter 10 lists ../bench_results/ladder-*.json: the runs are not among them
+    assert [p.name for p in (tmp_path / "bench_results").glob("ladder-*.json")] == ["ladder-tiny-cpu.json"]
+
+
+@pytest.mark.skipif(not (REPO_ROOT / ".git").exists() or shutil.which("git") is None, reason="needs the git checkout")
+def test_the_ladders_default_folder_is_git_ignored_and_the_committed_result_is_not():
+    def ignored(path):
+        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO_ROOT).returncode == 0
+
+    assert ignored("bench_results/runs/ladder-tiny-cpu-20260102T030405Z.json")
+    assert ignored("notebooks/bench_results/runs/ladder-tiny-cpu-20260102T030405Z.json")  # run from notebooks/
+    assert not ignored("bench_results/ladder-tiny-cpu.json")
+    assert ladder.RUNS_DIR.as_posix() == "bench_results/runs"
+
+
+def test_an_existing_json_file_is_replaced_only_with_overwrite(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "ladder-tiny-cpu.json"
+    target.write_text('{"committed": true}\n')
+    ran = []
+    monkeypatch.setattr(ladder, "run_ladder", lambda *args, **kwargs: ran.append(1) or a_ladder_result())
+    with pytest.raises(SystemExit) as exit_info:
+        ladder.main(["--device", "cpu", "--json", str(target)])
+    assert exit_info.value.code == 2 and "--overwrite" in capsys.readouterr().err
+    assert target.read_text() == '{"committed": true}\n' and not ran  # refused before the run, not after it
+    assert ladder.main(["--device", "cpu", "--json", str(target), "--overwrite"]) == 0
+    assert json.loads(target.read_text())["preset"] == "tiny" and ran == [1]
 
 
 def test_bench_does_not_import_the_model_or_the_ladder():
