@@ -6,7 +6,9 @@ Covers:
   environment variables; no global state), :func:`process_group` (set-up with a timeout, always torn
   down), rank-labelled printing (:func:`rank_print`, :func:`print0`);
 - :func:`launch`: run a worker under ``torchrun`` from a notebook, each rank's output labelled,
-  a failing rank turned into one clear :class:`LaunchError`, asking for more GPUs than exist refused,
+  a failure turned into one clear :class:`LaunchError` that names the rank that failed first (its exit
+  code, or the signal that killed it) and the ranks that were only waiting, from what a watcher around
+  each rank recorded (:mod:`gpuformer_lib.rank_ends`), asking for more GPUs than exist refused,
   every process of the job (ranks in sessions of their own included) killed when it ends, times out
   or is interrupted;
   :func:`worker_path` finds the chapters' workers inside the installed package
@@ -38,9 +40,11 @@ import math
 import numbers
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -52,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from gpuformer_lib import gpu
+from gpuformer_lib import gpu, rank_ends
 from gpuformer_lib.profiles import rehearsing_gpu
 
 _TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -234,10 +238,13 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
     ``nproc`` processes on this machine (None: :func:`default_world_size`) and wait for it.
 
     Each line a rank prints is shown (``echo``) and kept, labelled ``[rank r]``. If any rank fails,
-    this raises :class:`LaunchError` with the failing rank's error; if the whole job takes longer than
-    ``timeout_s`` it is killed. Whatever ends the wait (success, a failing rank, the timeout, an
-    interrupt), every process of the job is killed before this returns, the ranks and their children
-    included (see :data:`JOB_ENV`). ``backend`` 'nccl' needs a GPU per process
+    this raises :class:`LaunchError` naming the rank that failed first by itself, with its exit code or the
+    signal that killed it, and its output; the others are named as waiting (stopped by torchrun, or their
+    collective failed without their peer), and when every failure was a collective giving up, the rank that
+    hung is blamed. If the whole job takes longer than ``timeout_s`` it is killed, and the error says which
+    ranks had not finished and how the others had ended. Whatever ends the wait (success, a failing rank,
+    the timeout, an interrupt), every process of the job is killed before this returns, the ranks and their
+    children included (see :data:`JOB_ENV`). ``backend`` 'nccl' needs a GPU per process
     (:class:`TooFewGPUsError` otherwise); the scripts read it from ``GPUFORMER_BACKEND``.
     """
     _check_launch_args(nproc, args, backend, timeout_s, threads_per_process, extra_env)
@@ -253,14 +260,24 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
     marker = uuid.uuid4().hex
     env = {**os.environ, "GPUFORMER_BACKEND": backend, "OMP_NUM_THREADS": str(threads_per_process),
            "PYTHONUNBUFFERED": "1", **(extra_env or {}), JOB_ENV: marker}
+    ends = Path(tempfile.mkdtemp(prefix="gpuformer_launch_"))
+    # each rank runs under a watcher that records how it ended (rank_ends); -I: only the standard library on
+    # its path, not the package folder it lives in
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--tee=3",
-           "--max-restarts=0", str(script), *map(str, args)]
+           "--max-restarts=0", "--no-python", sys.executable, "-I", "-u", rank_ends.__file__, str(ends), str(script),
+           *map(str, args)]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+    except BaseException:
+        shutil.rmtree(ends, ignore_errors=True)
+        raise
     timed_out = threading.Event()
+    ended_by_timeout: dict[int, rank_ends.RankEnd] = {}
 
     def kill() -> None:
+        ended_by_timeout.update(rank_ends.read_ends(ends))  # before the kill, which ends the rest
         timed_out.set()
         _stop_job(proc, marker)
 
@@ -290,18 +307,23 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
         timer.cancel()
         survivors = _stop_job(proc, marker)  # also after success: a rank's child may still be running
         proc.stdout.close()
+        ended = rank_ends.read_ends(ends)
+        shutil.rmtree(ends, ignore_errors=True)
     seconds = time.perf_counter() - started
     left = (f"\nprocesses {survivors} of the job (marked {JOB_ENV}={marker}) could not be stopped"
             if survivors else "")
     if timed_out.is_set():
-        raise LaunchError(f"{script.name} did not finish within {timeout_s:g} s and was stopped; last lines:\n"
-                          + "\n".join(lines[-10:]) + left)
+        ranks = rank_ends.explain_timeout(ended_by_timeout, nproc)
+        raise LaunchError(f"{script.name} did not finish within {timeout_s:g} s and was stopped: {ranks}; "
+                          "last lines:\n" + "\n".join(lines[-10:]) + left)
     if proc.returncode != 0:
-        failed = _failing_rank(lines, raw)
+        failed, what, ranks = rank_ends.explain_failure(ended, lines, nproc)
+        if failed is None:  # no watcher recorded a failure (torchrun's own error?): the ranks' errors, torchrun's word
+            failed, what = _failing_rank(lines, raw), f"exit code {proc.returncode}"
         error = [line for line in lines if line.startswith(f"[rank {failed}]")] if failed is not None else lines
-        tail = "\n".join(error[-12:])
-        raise LaunchError(f"{script.name} failed on rank {failed if failed is not None else '?'} "
-                          f"(exit code {proc.returncode}):\n{tail}{left}")
+        tail = "\n".join(([ranks] if ranks else []) + error[-12:])
+        raise LaunchError(f"{script.name} failed on rank {failed if failed is not None else '?'} ({what}):\n"
+                          f"{tail}{left}")
     if survivors:
         warnings.warn(left.strip(), RuntimeWarning, stacklevel=2)
     return LaunchResult(lines=lines, results=results, seconds=seconds)
@@ -383,16 +405,13 @@ def _proc_environ(pid: int) -> bytes:
         return b""
 
 
-_EXCEPTION = re.compile(r"^\[rank (\d+)\].*?\b\w*(?:Error|Exception)\b: ")
-_CONSEQUENCES = ("closed by peer", "remote worker", "Connection reset", "SIGTERM", "timed out", "Timeout")
-
-
 def _failing_rank(lines: list[str], raw: list[str]) -> int | None:
-    """The rank whose own error started the failure: one whose exception is not the consequence of
-    another rank dying (a closed connection, a timeout); else the rank torchrun names as root cause."""
+    """Where no watcher recorded how the ranks ended: the rank whose own error started the failure, one
+    whose exception is not the consequence of another rank dying (:data:`rank_ends.WAITING`); else the rank
+    torchrun names as root cause."""
     for line in lines:
-        match = _EXCEPTION.match(line)
-        if match and not any(c in line for c in _CONSEQUENCES):
+        match = rank_ends.ERROR_LINE.match(line)
+        if match and "SIGTERM" not in line and not rank_ends.WAITING.search(line):
             return int(match.group(1))
     cause = "\n".join(raw).split("Root Cause", 1)[-1]
     match = re.search(r"rank\s*:\s*(\d+)", cause)
@@ -439,6 +458,14 @@ class NaiveDataParallel(nn.Module):
 
     def __init__(self, module: nn.Module):
         super().__init__()
+        # "run this when the backward pass ends": the autograd engine's queue_callback, which DDP itself uses;
+        # torch has no public name for it
+        engine = getattr(torch.autograd.Variable, "_execution_engine", None)
+        self._queue_callback = getattr(engine, "queue_callback", None)
+        if self._queue_callback is None:
+            raise RuntimeError(f"torch {torch.__version__} has no torch.autograd.Variable._execution_engine."
+                               "queue_callback, which NaiveDataParallel needs to average the gradients when "
+                               "backward ends: use DistributedDataParallel")
         self.module = module
         broadcast_parameters(module)
         self._pending: list[tuple[dist.Work, Tensor]] = []
@@ -460,7 +487,7 @@ class NaiveDataParallel(nn.Module):
         self._pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p.grad))
         if not self._finish_queued:  # wait for them all when this backward pass ends, as DDP does
             self._finish_queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self.finish_gradients)
+            self._queue_callback(self.finish_gradients)
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -277,7 +277,7 @@ def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device | str, *
             row.peak_memory_gib = gpu.max_memory_allocated(device) / 2**30
     finally:
         if plan.compile:
-            torch._dynamo.reset()
+            torch.compiler.reset()
     return row  # the model and optimizer go with this frame; run_ladder then empties the CUDA cache
 
 

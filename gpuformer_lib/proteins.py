@@ -554,7 +554,8 @@ def lm_logits(model: DecoderLM, batch: LMBatch) -> Tensor:
         h = layer.norm1(x)
         y, _ = layer.self_attn(h, h, h, attn_mask=mask)
         x = x + layer.dropout1(y)
-        x = x + layer._ff_block(layer.norm2(x))
+        h = layer.linear2(layer.dropout(layer.activation(layer.linear1(layer.norm2(x)))))  # (R, T, C)
+        x = x + layer.dropout2(h)  # nn.TransformerEncoderLayer's feed-forward block, from its public parts
     return model.lm_head(model.blocks.norm(x))
 
 

@@ -172,6 +172,26 @@ def grad_scaler(plan: SpeedPlan, device: torch.device | str) -> torch.amp.GradSc
     return torch.amp.GradScaler(torch.device(device).type, enabled=plan.dtype == torch.float16)
 
 
+def current_scale(scaler: torch.amp.GradScaler) -> Tensor:
+    """The loss scale of an enabled ``scaler``, as a tensor. torch has no public way to read it without a host
+    sync (``get_scale()`` calls ``.item()``): the tensor it keeps on the device (``_scale``, which ``update()``
+    changes in place: clone it to keep a value) where it has one, else ``get_scale()``'s number (a read-back)."""
+    scale = getattr(scaler, "_scale", None)
+    return scale if isinstance(scale, Tensor) else torch.tensor(scaler.get_scale())
+
+
+def _divide_(tensors: list[Tensor], divisor: Tensor | float) -> None:
+    """Divide each tensor in place by ``divisor`` (a number or a 0-d tensor): torch's fused foreach kernel (one
+    launch for all; private, though torch's own optimizers call it) where this torch has it, else one division
+    per tensor."""
+    foreach = getattr(torch, "_foreach_div_", None)
+    if foreach is not None:
+        foreach(tensors, divisor)
+    else:
+        for t in tensors:
+            t.div_(divisor)
+
+
 # --------------------------------------------------------------------------- the training step
 
 
@@ -345,7 +365,7 @@ def make_train_step(
                 # data parallel: backward averaged the ranks' token-weighted sums, so divide by the
                 # global token count / world size (one all-reduce of a number), not by this rank's count
                 grad_divisor = tokens_per_rank(step_tokens, params[0].device, token_group) if reduce_tokens else divisor
-                torch._foreach_div_(grads, grad_divisor)
+                _divide_(grads, grad_divisor)
                 step_loss = step_loss / divisor
             norm = None
             if measure_norm:
@@ -359,11 +379,11 @@ def make_train_step(
                 return StepOutput(loss=step_loss, tokens=step_tokens, grad_norm=norm, skipped=True)
             skipped: Tensor | bool = False
             if scaler is not None:
-                scale_before = scaler._scale.clone() if scaling else None  # set by scaler.scale() above
+                scale_before = current_scale(scaler).clone() if scaling else None  # set by scaler.scale() above
                 scaler.step(optimizer)  # skips the update if an fp16 gradient overflowed
                 scaler.update()
                 if scaling:  # update() backs the scale off exactly when step() skipped: no read-back needed
-                    skipped = scaler._scale < scale_before
+                    skipped = current_scale(scaler) < scale_before
             else:
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -474,10 +474,10 @@ def graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> GraphBrea
     the break, and a guard check plus a Python round trip per call. Runs ``fn`` once."""
     if not callable(fn):
         raise TypeError(f"graph_breaks needs a function, not {type(fn).__name__}")
-    torch._dynamo.reset()  # a function traced before would otherwise be explained from its cache
+    torch.compiler.reset()  # a function traced before would otherwise be explained from its cache
     with _quiet_dynamo():
         explained = torch._dynamo.explain(fn)(*args, **kwargs)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     reasons = tuple(dict.fromkeys(_short_reason(r) for r in explained.break_reasons))
     return GraphBreaks(graphs=explained.graph_count, breaks=explained.graph_break_count, reasons=reasons)
 
@@ -496,14 +496,25 @@ def cold_compile_caches() -> Iterator[None]:
     """A fresh, empty Inductor/Triton cache directory and no FX-graph or autotune cache: a compile inside pays the
     full price, as the first run on a new machine does. Dynamo's in-memory cache is reset on entry and exit."""
     from torch._inductor import config as inductor_config
-    from torch._inductor.utils import fresh_cache
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     try:
-        with fresh_cache(), inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False):
+        with _fresh_inductor_cache(), inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False):
             yield
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
+
+
+def _fresh_inductor_cache() -> contextlib.AbstractContextManager:
+    """Inductor's own context manager for an empty, temporary cache directory (torch has no public one): named
+    ``fresh_cache`` in newer torch, ``fresh_inductor_cache`` in older (2.13 has both)."""
+    from torch._inductor import utils
+
+    fresh = getattr(utils, "fresh_cache", None) or getattr(utils, "fresh_inductor_cache", None)
+    if fresh is None:
+        raise RuntimeError(f"torch {torch.__version__} has neither torch._inductor.utils.fresh_cache nor "
+                           "fresh_inductor_cache: cold compile caches cannot be set up")
+    return fresh()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -538,7 +549,7 @@ def generated_code(fn: Callable[..., Any], *args: Any, cold: bool = True) -> Gen
         raise TypeError(f"generated_code needs a function, not {type(fn).__name__}")
     from torch._inductor import config as inductor_config
 
-    torch._dynamo.reset()
+    torch.compiler.reset()
     caches = cold_compile_caches() if cold else inductor_config.patch(fx_graph_cache=False)
     with caches:
         start = time.perf_counter()
@@ -676,7 +687,7 @@ def cuda_graphs_speedup(config: TransformerConfig, device: torch.device | str, *
             raise ValueError(f"{name} must be a positive int, not {value!r}")
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=g).to(device)  # (B, T + 1)
-    torch._dynamo.reset()
+    torch.compiler.reset()
     runs = {}
     for mode in (None, "reduce-overhead"):
         torch.manual_seed(0)
@@ -706,7 +717,7 @@ def cuda_graphs_speedup(config: TransformerConfig, device: torch.device | str, *
             for mode in runs:
                 runs[mode][2].append(step(mode))
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
     return CudaGraphsSpeedup(compiled_step_s=statistics.median(runs[None][2]),
                              graphed_step_s=statistics.median(runs["reduce-overhead"][2]), steps=steps,
                              rehearsed=rehearsal)

@@ -41,7 +41,7 @@ from gpuformer_lib._checks import require_bool_fields
 from gpuformer_lib.checkpoint import check_finite, checkpoint_error, read_checkpoint, write_checkpoint
 from gpuformer_lib.device import pick_device
 from gpuformer_lib.rng import derived_seed, isolated_rng
-from gpuformer_lib.speed import StepOutput, make_train_step
+from gpuformer_lib.speed import StepOutput, current_scale, make_train_step
 
 SCHEDULES = ("constant", "inverse_sqrt", "cosine")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -595,7 +595,7 @@ def train(
             out = train_step(micro_batches)  # forward, backward, clip and update; nothing read back
             tokens += out.tokens.to(tokens.dtype) if torch.is_tensor(out.tokens) else out.tokens
             scheduler.step()
-            scale = scaler._scale.detach().clone() if scaler.is_enabled() else None  # on the device until logged
+            scale = current_scale(scaler).clone() if scaler.is_enabled() else None  # on the device until logged
             readback.add(step, out, lr, tokens.clone(), scale)
             done = step + 1
             if done % config.log_every == 0 or done == config.max_steps:

@@ -145,3 +145,12 @@ def test_train_holds_back_ddp_all_reduces_and_sums_the_tokens_when_accumulating(
     buckets = len(set(rounds))
     assert len(rounds) == 3 * buckets  # one round per step: the first micro-batch was held back
     assert sum(tokens_reduced) == 3  # the token count, once per step
+
+
+def test_naive_data_parallel_without_the_engines_callback_says_what_is_missing(monkeypatch):
+    """NaiveDataParallel averages the gradients when backward ends through the autograd engine's queue_callback
+    (private; DDP uses it too). A torch without it is refused when the wrapper is built, with what to use instead,
+    not with an AttributeError in the middle of a backward pass. Refused before any collective: no group needed."""
+    monkeypatch.delattr(torch.autograd.Variable, "_execution_engine")
+    with pytest.raises(RuntimeError, match="queue_callback.*use DistributedDataParallel"):
+        D.NaiveDataParallel(torch.nn.Linear(4, 3))

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -109,11 +110,11 @@ def test_a_two_dimensional_mesh_equals_one_process():
 
 
 def test_a_failing_rank_ends_the_run_with_its_error():
-    started = time.perf_counter()
-    with pytest.raises(D.LaunchError, match="rank 1") as info:
-        D.launch(DATA_PARALLEL, 2, ["fail"], backend="gloo", echo=False, timeout_s=120)
+    with pytest.raises(D.LaunchError, match="failed on rank 1") as info:
+        D.launch(DATA_PARALLEL, 2, ["fail"], backend="gloo", echo=False, timeout_s=240)
     assert "failed on purpose" in str(info.value)
-    assert time.perf_counter() - started < 60  # the other rank was stopped, not left waiting
+    # the other rank was stopped, not left waiting: the run ended by the failure, not by the launcher's timeout
+    assert "did not finish within" not in str(info.value)
 
 
 def test_too_many_gpus_are_refused():
@@ -273,3 +274,42 @@ def test_collective_backend_gives_nccl_only_to_real_gpus_enough_for_every_proces
     assert profiles.collective_backend(dataclasses.replace(node, rehearsal=True), 8) == "gloo"  # CPU processes
     with pytest.raises(ValueError, match="processes must be (an int )?>= 1"):  # either wording of profiles.py
         profiles.collective_backend(node, 0)
+
+
+def test_fsdp_traffic_is_counted_under_either_name_torch_gives_its_collectives(monkeypatch, tmp_path):
+    """FSDP2 calls all_gather_single and reduce_scatter_single from torch 2.13 on, all_gather_into_tensor and
+    reduce_scatter_tensor before. The counter counts whichever names this torch has, each call once, also when
+    one calls the other. Before: it patched only the 2.13 names (an AttributeError on an older torch) and missed
+    a call of the older ones. An older torch is rehearsed by removing the new names; one gloo process."""
+    from gpuformer_lib.workers.model_parallel import CountShardedCollectives
+
+    D.dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        x, out = torch.randn(8), torch.empty(8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # 2.13 deprecates the older names
+            with CountShardedCollectives() as counted:
+                D.dist.all_gather_into_tensor(out, x)
+                D.dist.reduce_scatter_single(output=out, input=x)
+            assert (counted.gathered, counted.scattered) == (32, 32)
+            real_single = D.dist.all_gather_single
+            monkeypatch.setattr(D.dist, "all_gather_into_tensor",  # the old name calling the new one
+                                lambda output_tensor, input_tensor, **kw: D.dist.all_gather_single(output_tensor,
+                                                                                                    input_tensor, **kw))
+            with CountShardedCollectives() as counted:
+                D.dist.all_gather_into_tensor(output_tensor=out, input_tensor=x)
+            assert counted.gathered == 32
+            monkeypatch.undo()
+            for name in ("all_gather_single", "reduce_scatter_single"):
+                monkeypatch.delattr(D.dist, name)
+            with CountShardedCollectives() as counted:
+                D.dist.all_gather_into_tensor(output_tensor=out, input_tensor=x)
+                D.dist.reduce_scatter_tensor(out, x)
+            assert (counted.gathered, counted.scattered) == (32, 32)
+            assert not hasattr(D.dist, "all_gather_single")  # put back as it found them
+            monkeypatch.undo()
+            assert D.dist.all_gather_single is real_single
+            torch.testing.assert_close(out, x)  # the collectives ran (one rank: a copy)
+    finally:
+        monkeypatch.undo()
+        D.dist.destroy_process_group()

@@ -3,12 +3,16 @@ notebook, a crash mid-write, a hung rank, a failing rank, Ctrl-C while waiting (
 
 The launcher's tests start real torchrun jobs of a tiny worker (no torch import in the ranks) on two
 gloo processes; each takes a few seconds and kills whatever it finds left behind, so a failure here
-never leaves sleeping processes on the machine.
+never leaves sleeping processes on the machine. Those that check which rank a failure is blamed on run a
+worker whose ranks wait in real gloo collectives.
 """
 
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -19,8 +23,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from gpuformer_lib import distributed as D
+from gpuformer_lib import rank_ends
 from gpuformer_lib.tools import execute, student
-from gpuformer_lib.tools.notebooks import NotANotebookError, write_notebook_atomically
+from gpuformer_lib.tools.notebooks import REPO_ROOT, NotANotebookError, write_notebook_atomically
 
 # --------------------------------------------------------------------------- student copies
 
@@ -110,6 +115,34 @@ def test_student_refuses_a_file_that_is_not_a_notebook(fake_course, tmp_path, ca
     assert "cannot be read as a Jupyter notebook" in capsys.readouterr().err
     assert student.main(["out", "missing.ipynb"]) != 0
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_clean_removes_the_build_outputs_and_keeps_the_student_copies(tmp_path):
+    """The instructor guide has learners work in _build/student: `make clean` (which was `rm -rf _build`) must not
+    delete their answers. The real recipe, run by make in a copy of the Makefile beside a fake _build."""
+    shutil.copyfile(REPO_ROOT / "Makefile", tmp_path / "Makefile")
+    build = tmp_path / "_build"
+    for output in ("html/index.html", "jupyter_execute/01_a.ipynb", ".doctrees/environment.pickle", "grades/grades.csv",
+                   "stray.txt"):
+        (build / output).parent.mkdir(parents=True, exist_ok=True)
+        (build / output).write_text("built")
+    answers = build / "student" / "01_a.ipynb"
+    (build / "student" / "traces").mkdir(parents=True)
+    answers.write_text("the learner's answers")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}  # under `make test`
+
+    def clean():
+        return subprocess.run(["make", "--no-print-directory", "clean"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    done = clean()
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in build.iterdir()] == ["student"]
+    assert answers.read_text() == "the learner's answers" and (build / "student" / "traces").is_dir()
+    shutil.rmtree(build)
+    done = clean()  # nothing to clean is not an error
+    assert done.returncode == 0 and not build.exists(), done.stderr
 
 
 # --------------------------------------------------------------------------- executing notebooks
@@ -358,3 +391,164 @@ def test_nproc_zero_is_refused_not_replaced_by_the_default(job, nproc):
     with pytest.raises(ValueError, match=f"nproc must be at least 1, got {nproc}"):
         D.launch(job[0], nproc, [str(job[1]), "hang"], backend="gloo", echo=False, timeout_s=5)
     assert not list(job[1].glob("rank*.pids"))
+
+
+# --------------------------------------------------------------------------- which rank the launcher blames
+
+COLLECTIVE_WORKER = textwrap.dedent('''
+    """Both ranks join a gloo group, then, by ``mode``: rank 1 enters an all-reduce, and rank 0, once rank 1 has
+    said it is about to, exits with code 3 (``exit3``) or kills itself with SIGKILL (``sigkill``); or (``hang``)
+    rank 1 hangs and rank 0's all-reduce, in a group with a 10 s timeout, gives up waiting for it."""
+    import datetime, os, signal, sys, time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    out, mode, rank = Path(sys.argv[1]), sys.argv[2], int(os.environ["RANK"])
+    (out / f"rank{rank}.pid").write_text(os.environ.get("GPUFORMER_JOB", "") + "\\n" + str(os.getpid()))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    dist.barrier()  # both ranks are here: the group below is set up at once, well within its timeout
+    short = dist.new_group(timeout=datetime.timedelta(seconds=10))
+    print("in the group", flush=True)
+    if rank == 1:
+        (out / "waiting").write_text("")
+        if mode == "hang":
+            time.sleep(1000)
+        dist.all_reduce(torch.ones(1))
+        time.sleep(1000)
+    elif mode == "hang":
+        dist.all_reduce(torch.ones(1), group=short)
+    else:
+        deadline = time.time() + 60
+        while not (out / "waiting").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        if mode == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.exit(3)
+''')
+
+
+@pytest.fixture
+def collective_job(tmp_path):
+    """The collective worker's file and its output folder; afterwards, SIGKILL whatever of the job is left."""
+    script = tmp_path / "collective_worker.py"
+    script.write_text(COLLECTIVE_WORKER)
+    yield script, tmp_path
+    for marker in {f.read_text().split("\n")[0] for f in tmp_path.glob("rank*.pid")} - {""}:
+        for pid in carriers(marker):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def assert_job_gone(folder: Path) -> None:
+    files = sorted(folder.glob("rank*.pid"))
+    assert len(files) == 2, "the ranks did not start: the test proved nothing"
+    marker = files[0].read_text().split("\n")[0]
+    assert marker and [pid for pid in carriers(marker) if alive(pid)] == []
+
+
+@linux_only
+@pytest.mark.parametrize("mode, how", [("exit3", "exit code 3"), ("sigkill", "killed by SIGKILL")])
+def test_the_rank_that_failed_first_is_named_with_its_exit_code_or_signal_and_the_waiting_one_as_waiting(
+        collective_job, mode, how):
+    """Before: 'failed on rank 0 (exit code 1)', torchrun's exit code, not the rank's, no signal named, and
+    nothing said of rank 1; and the root cause torchrun names is the failure with the earliest time stamp,
+    to the second, so the waiting rank, whose all-reduce failed when its peer vanished, could be blamed.
+    Rank 1 ends either way (stopped by torchrun, or its all-reduce failing): both are waiting."""
+    script, folder = collective_job
+    with pytest.raises(D.LaunchError) as info:
+        D.launch(script, 2, [str(folder), mode], backend="gloo", echo=False, timeout_s=120)
+    message = str(info.value)
+    assert message.startswith(f"collective_worker.py failed on rank 0 ({how}):"), message
+    assert f"rank 0 failed first ({how})" in message and "rank 1 was waiting" in message, message
+    assert "rank 1 failed" not in message and "rank 1 hung" not in message, message
+    assert_job_gone(folder)
+
+
+@linux_only
+def test_a_hung_rank_is_named_not_the_one_whose_collective_timed_out_waiting_for_it(collective_job):
+    """Before: rank 0's all-reduce timed out and torchrun named it as the root cause ('failed on rank 0')."""
+    script, folder = collective_job
+    with pytest.raises(D.LaunchError) as info:
+        D.launch(script, 2, [str(folder), "hang"], backend="gloo", echo=False, timeout_s=120)
+    message = str(info.value)
+    assert message.startswith("collective_worker.py failed on rank 1 (hung):"), message
+    assert "rank 1 hung: still running when rank 0 gave up waiting for it in a collective" in message, message
+    assert_job_gone(folder)
+
+
+class TimerWhen:
+    """``threading.Timer``'s stand-in for launch's timeout: calls its function once ``ready()`` holds (or
+    after 60 s), not after a wall-clock interval, so what the ranks have done by then is known."""
+
+    def __init__(self, ready, function):
+        self.ready, self.function, self.cancelled = ready, function, threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        deadline = time.monotonic() + 60
+        while not self.ready() and time.monotonic() < deadline and not self.cancelled.is_set():
+            time.sleep(0.05)
+        if not self.cancelled.is_set():
+            self.function()
+
+    def start(self):
+        self.thread.start()
+
+    def cancel(self):
+        self.cancelled.set()
+
+
+@linux_only
+def test_the_timeout_names_the_hung_rank_and_the_one_that_had_finished(job, monkeypatch, tmp_path):
+    """Before: 'did not finish within ... s', no rank named. The timeout fires once rank 0 has ended (its
+    watcher's record is in launch's folder, created in the temporary folder set here) and rank 1 has started."""
+    script, folder = job
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+
+    def ready():
+        return (folder / "rank1.pids").exists() and any(temporary.glob("gpuformer_launch_*/rank0.json"))
+
+    monkeypatch.setattr(D.threading, "Timer", lambda interval, function: TimerWhen(ready, function))
+    with pytest.raises(D.LaunchError) as info:
+        D.launch(script, 2, [str(folder), "hang"], backend="gloo", echo=False, timeout_s=30)
+    message = str(info.value)
+    assert message.startswith("worker.py did not finish within 30 s and was stopped: rank 1 had not finished"), message
+    assert "rank 0 had finished (exit code 0)" in message, message
+    assert_nothing_left(folder)
+    assert list(temporary.iterdir()) == []  # launch removed its folder
+
+
+def test_the_explanation_reads_what_each_rank_did_not_the_order_their_watchers_wrote(tmp_path):
+    """Records as the watchers write them, no processes: a waiting rank whose collective failed is not blamed
+    even when its record is the earlier one; a later failure, a rank stopped by torchrun and one with no record
+    are each named for what they did; a rank that finished while the other waited is blamed for the wait."""
+    End = rank_ends.RankEnd
+    lost_peer = "[rank 0] RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:4829"
+    timed_out = "[rank 0] RuntimeError: [unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation"
+    ends = {0: End(0, 1, 1.0, None), 1: End(1, -9, 2.0, None)}
+    blamed, what, text = rank_ends.explain_failure(ends, [lost_peer], 2)
+    assert (blamed, what) == (1, "killed by SIGKILL")
+    assert text == ("rank 1 failed first (killed by SIGKILL); rank 0 was waiting: its collective failed (exit code 1) "
+                    "after rank 1 failed")
+    ends = {1: End(1, -15, 6.0, "SIGTERM"), 2: End(2, 1, 5.0, None), 3: End(3, 3, 4.0, None)}
+    blamed, what, text = rank_ends.explain_failure(ends, ["[rank 2] ValueError: bad batch"], 4)
+    assert (blamed, what) == (3, "exit code 3")
+    assert text == ("rank 3 failed first (exit code 3); rank 0 was still running when the job was stopped; "
+                    "rank 1 was waiting: stopped by torchrun (SIGTERM) after rank 3 failed; "
+                    "rank 2 failed too, later (exit code 1)")
+    ends = {0: End(0, 1, 2.0, None), 1: End(1, 0, 1.0, None)}
+    blamed, what, text = rank_ends.explain_failure(ends, [timed_out], 2)
+    assert (blamed, what) == (1, "finished while the others waited")
+    assert text == "rank 1 had finished (exit code 0) while rank 0 waited in a collective (exit code 1)"
+    assert rank_ends.explain_failure({0: End(0, 0, 1.0, None)}, [], 2) == (None, "", "")
+    assert rank_ends.explain_timeout({0: End(0, 0, 1.0, None), 2: End(2, 3, 1.0, None)}, 3) == (
+        "rank 1 had not finished (hung, or waiting in a collective for one that hung); rank 0 had finished "
+        "(exit code 0); rank 2 had failed (exit code 3)")
+    (tmp_path / "rank0.json").write_text('{"rank": 0, "returncode": -11, "at": 1.5, "stopped_by": null}')
+    (tmp_path / "rank1.json").write_text('{"rank": 1, "ret')  # cut short: ignored
+    assert rank_ends.read_ends(tmp_path) == {0: End(0, -11, 1.5, None)}
+    assert End(0, -11, 1.5, None).how == "killed by SIGSEGV"

@@ -65,6 +65,28 @@ def test_the_torch_floor_covers_the_apis_used():
     assert floors[0] == floors[1], "pyproject.toml and requirements.txt disagree on the torch floor"
 
 
+def stated_torch_floors(text: str) -> set[tuple[int, ...]]:
+    """Every torch floor a text states: ``torch>=X.Y`` and, in prose, 'torch X.Y or later'."""
+    found = re.findall(r"torch>=([\d.]+)", text) + re.findall(r"torch ([\d.]+) or later", text)
+    return {tuple(int(p) for p in v.strip(".").split(".")[:2]) for v in found}
+
+
+def test_the_torch_floor_is_stated_alike_everywhere_and_met_by_the_torch_ci_tests():
+    """The floor is the oldest torch the tests have run on: requirements.txt, pyproject.toml, the README and the
+    install page state one and the same (before: 2.6 in all four, a torch no test had run on), and the torch
+    .ci/run installs meets it."""
+    texts = {"pyproject.toml": " ".join(PYPROJECT["project"]["dependencies"])}
+    for name in ("requirements.txt", "README.md", "book/install.md"):
+        texts[name] = (REPO_ROOT / name).read_text()
+    floors = {name: stated_torch_floors(text) for name, text in texts.items()}
+    assert all(len(f) == 1 for f in floors.values()), f"each file states one torch floor: {floors}"
+    assert len(set.union(*floors.values())) == 1, f"the files disagree on the torch floor: {floors}"
+    floor = next(iter(floors["requirements.txt"]))
+    assert floor == (2, 13), "the floor is what the tests have run on: 2.13 (2.11 once the GPU suite passes on it)"
+    ci = re.search(r"torch==(\d+)\.(\d+)", (REPO_ROOT / ".ci" / "run").read_text())
+    assert ci and (int(ci.group(1)), int(ci.group(2))) >= floor, "CI installs a torch below the stated floor"
+
+
 def run_without_site_packages(code: str) -> subprocess.CompletedProcess:
     """``code`` in this Python without its site-packages (-S) or environment (-I): a Python without torch, as a plain
     ``python3`` is, that imports the library from the repository as one started inside it does."""

@@ -238,3 +238,35 @@ def test_fused_optimizer_follows_the_plan():
     model = lm()
     assert speed.make_adamw(model.parameters(), speed.SpeedPlan(fused_optimizer=True)).defaults["fused"]
     assert not speed.make_adamw(model.parameters(), speed.SpeedPlan()).defaults["fused"]
+
+
+def test_the_step_divides_by_tokens_the_same_without_torchs_private_foreach_kernel(monkeypatch):
+    """normalize_by='tokens' divides every gradient with torch._foreach_div_ (private: one launch for all) where
+    torch has it, else one tensor at a time: the same weights either way. SGD without foreach: only the step
+    divides."""
+    micro = [batch(B=2, T=5, seed=0), batch(B=3, T=7, seed=1)]
+    weights = []
+    for private in (True, False):
+        if not private:
+            monkeypatch.delattr(torch, "_foreach_div_")
+        model = lm()
+        step = speed.make_train_step(model, torch.optim.SGD(model.parameters(), lr=0.5, foreach=False),
+                                     speed.next_token_loss, grad_accum_steps=2, normalize_by="tokens")
+        step(iter(micro))
+        weights.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*weights):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_loss_scale_is_read_from_the_device_or_through_the_public_getter():
+    """speed.current_scale: GradScaler's device tensor (private ``_scale``, read without a host sync) where it
+    has one, else the public get_scale()'s number."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    scaler.scale(torch.ones(()))  # creates the scale tensor
+    assert speed.current_scale(scaler) is scaler._scale and speed.current_scale(scaler).item() == 1024.0
+
+    class PublicOnly:
+        def get_scale(self):
+            return 512.0
+
+    assert speed.current_scale(PublicOnly()).item() == 512.0

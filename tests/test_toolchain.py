@@ -234,7 +234,8 @@ def test_cuda_graphs_are_refused_on_a_plain_cpu_and_skipped_in_rehearsal(monkeyp
 
 def test_deterministic_switches_are_set_inside_and_put_back():
     before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
-              torch.backends.cudnn.deterministic, os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+              torch.backends.cudnn.deterministic, os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+              torch.is_deterministic_algorithms_warn_only_enabled())
     torch.backends.cudnn.benchmark = True
     try:
         with tc.deterministic_algorithms():
@@ -249,7 +250,7 @@ def test_deterministic_switches_are_set_inside_and_put_back():
                 os.environ.get("CUBLAS_WORKSPACE_CONFIG")) == (before[0], before[2], before[3])
         with tc.deterministic_algorithms(warn_only=True):
             assert torch.is_deterministic_algorithms_warn_only_enabled()
-        assert not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled() == before[4]  # put back, whatever it was
         with pytest.raises(KeyError), tc.deterministic_algorithms():
             raise KeyError("an error inside")
         assert torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled() == before[0]
@@ -326,3 +327,20 @@ def test_determinism_cost_words_call_a_faster_cpu_noise_and_refuse_bad_input():
     for bad in (0.0, -1.0, float("inf"), float("nan"), True):
         with pytest.raises(ValueError, match="positive finite ratio"):
             tc.determinism_cost_words(bad, "cpu")
+
+
+def test_cold_caches_use_whichever_name_this_torch_gives_inductors_fresh_cache(monkeypatch):
+    """torch._inductor.utils.fresh_cache is fresh_inductor_cache in older torch (2.13 has both names); before,
+    cold_compile_caches imported only the new name. Neither: a clear error, not an ImportError."""
+    from torch._inductor import utils
+
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.delattr(utils, "fresh_cache")
+    with tc.cold_compile_caches():
+        inside = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        assert inside and inside != before and os.path.isdir(inside)  # an empty folder of its own
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before and not os.path.exists(inside)
+    monkeypatch.delattr(utils, "fresh_inductor_cache")
+    with pytest.raises(RuntimeError, match="neither torch._inductor.utils.fresh_cache nor fresh_inductor_cache"):
+        with tc.cold_compile_caches():
+            pass

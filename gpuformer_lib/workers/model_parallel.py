@@ -199,27 +199,52 @@ def tensor(env, device, width=64, rows=8):
 
 
 class CountShardedCollectives:
-    """Bytes FSDP2 moves inside the block: the unsharded size of every ``all_gather_single`` (the tensor
-    gathered) and of every ``reduce_scatter_single`` input (the unsharded gradient), as FSDP2 calls them
-    through the ``torch.distributed`` module."""
+    """Bytes FSDP2 moves inside the block: the unsharded size of every all-gather (the tensor gathered) and of
+    every reduce-scatter input (the unsharded gradient), as FSDP2 calls them through the ``torch.distributed``
+    module. FSDP2 calls ``all_gather_single`` and ``reduce_scatter_single`` from torch 2.13 on, and
+    ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` before (2.13 keeps them, deprecated): every one of
+    these names this torch has is counted, and a call made inside another counted call is not counted again."""
+
+    GATHERS = ("all_gather_single", "all_gather_into_tensor")
+    SCATTERS = ("reduce_scatter_single", "reduce_scatter_tensor")
 
     def __enter__(self):
         self.gathered = self.scattered = 0
-        self._real = dist.all_gather_single, dist.reduce_scatter_single
-
-        def gather(output_tensor, input_tensor, *args, **kwargs):
-            self.gathered += output_tensor.numel() * output_tensor.element_size()
-            return self._real[0](output_tensor, input_tensor, *args, **kwargs)
-
-        def scatter(output, input, *args, **kwargs):
-            self.scattered += input.numel() * input.element_size()
-            return self._real[1](output, input, *args, **kwargs)
-
-        dist.all_gather_single, dist.reduce_scatter_single = gather, scatter
+        self._inside = 0
+        self._real = {name: getattr(dist, name) for name in self.GATHERS + self.SCATTERS if hasattr(dist, name)}
+        for names in (self.GATHERS, self.SCATTERS):
+            if not any(name in self._real for name in names):
+                raise RuntimeError(f"torch {torch.__version__} has none of torch.distributed's {', '.join(names)}: "
+                                   "find the collective its FSDP2 calls and count that one")
+        for name, real in self._real.items():
+            setattr(dist, name, self._counting(real, gather=name in self.GATHERS))
         return self
 
+    def _counting(self, real, gather: bool):
+        def gather_counted(output_tensor, input_tensor, *args, **kwargs):
+            return counted(output_tensor, output_tensor, input_tensor, *args, **kwargs)
+
+        def scatter_counted(output, input, *args, **kwargs):
+            return counted(input, output, input, *args, **kwargs)
+
+        def counted(measured, *args, **kwargs):
+            if not self._inside:
+                nbytes = measured.numel() * measured.element_size()
+                if gather:
+                    self.gathered += nbytes
+                else:
+                    self.scattered += nbytes
+            self._inside += 1
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self._inside -= 1
+
+        return gather_counted if gather else scatter_counted
+
     def __exit__(self, *exc):
-        dist.all_gather_single, dist.reduce_scatter_single = self._real
+        for name, real in self._real.items():
+            setattr(dist, name, real)
 
 
 class CountAllReduces:
@@ -273,6 +298,9 @@ def fsdp(env, device, steps=4, global_batch=8):
     adam = torch.optim.AdamW(sharded.parameters(), lr=1e-3)
     with CountShardedCollectives() as moved:  # ZeRO-3's traffic of one forward and backward, counted
         lm_loss(sharded, (batches[0][0][mine].to(device), batches[0][1][mine].to(device)))[0].backward()
+    if not (moved.gathered and moved.scattered):
+        raise RuntimeError(f"FSDP2 moved {moved.gathered} bytes through the all-gathers and {moved.scattered} through "
+                           f"the reduce-scatters counted: torch {torch.__version__}'s FSDP2 calls another collective")
     adam.step()
     root_params = n_params - sum(p.numel() for block in sharded.blocks.layers for p in block.parameters())
     held = {"weights": sum(p.to_local().numel() * p.to_local().element_size() for p in sharded.parameters()),
