@@ -261,10 +261,10 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
     env = {**os.environ, "GPUFORMER_BACKEND": backend, "OMP_NUM_THREADS": str(threads_per_process),
            "PYTHONUNBUFFERED": "1", **(extra_env or {}), JOB_ENV: marker}
     ends = Path(tempfile.mkdtemp(prefix="gpuformer_launch_"))
-    # each rank runs under a watcher that records how it ended (rank_ends); -I: only the standard library on
-    # its path, not the package folder it lives in
+    # each rank runs under a watcher that records how it ended (rank_ends), started as a module (-m), so that
+    # the package folder it lives in is not put on its path; not with -I, which a graded run's sandbox refuses
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "--tee=3",
-           "--max-restarts=0", "--no-python", sys.executable, "-I", "-u", rank_ends.__file__, str(ends), str(script),
+           "--max-restarts=0", "--no-python", sys.executable, "-u", "-m", rank_ends.__name__, str(ends), str(script),
            *map(str, args)]
     started = time.perf_counter()
     try:

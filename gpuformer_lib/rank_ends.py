@@ -1,7 +1,7 @@
 """How each rank of a :func:`gpuformer_lib.distributed.launch` job ended, recorded by a watcher around the rank,
 and the launcher's account of a failure or a timeout built from it.
 
-torchrun starts this file in place of the worker (``python -I rank_ends.py ENDS SCRIPT ARGS...``); it runs
+torchrun starts this module in place of the worker (``python -m gpuformer_lib.rank_ends ENDS SCRIPT ARGS...``); it runs
 ``python -u SCRIPT ARGS...`` as its child in the same process group, waits, and writes ``ENDS/rank<R>.json``:
 the child's exit code (negative: the number of the signal that killed it), when it ended (``time.monotonic()``,
 one clock for all the machine's processes) and the signal this watcher received before that, if any: once a

@@ -4,9 +4,12 @@ Three parts: the side channel and the sandbox's audit hook, tested in-process or
 grading run over a tiny course notebook with one submission per failure kind (renamed, cells deleted, not JSON,
 endless loops, sys.exit, os._exit, writes and connects outside, a forged log line, huge output), whose CSV and
 feedback the tests read; and the real thing: student copies of chapter 2 (one of the quickest notebooks) with
-the solutions filled in get full marks, untouched copies get zero.
+the solutions filled in get full marks, untouched copies get zero ("not attempted"). The feedback's and
+grades.csv's wording (exercise numbers, code cells, "not attempted", what the sandbox refused) and the review
+flags are tested on records and cells built in the tests.
 """
 
+import ast
 import csv
 import json
 import os
@@ -102,15 +105,64 @@ def test_a_cell_calling_one_check_twice_is_one_exercise():
 
 
 def test_every_known_forgery_is_flagged_and_no_course_notebook_is():
-    assert grade.suspicious(["x = 1", *FORGERIES]) == [
-        "cell 2: _record", "cell 3: compile(, exec(", "cell 4: _report, assigns to predictions._report"]
+    assert grade.suspicious(["x = 1", None, *FORGERIES]) == [  # None: a markdown cell, not counted
+        "code cell 2: _record", "code cell 3: compile(, exec(", "code cell 4: _report, assigns to predictions._report"]
     assert grade.suspicious(["import gpuformer_lib.exercises.timing as t\nt.check_speedup = print"]) == [
-        "cell 1: assigns to t.check_speedup"]
+        "code cell 1: assigns to t.check_speedup"]
     assert grade.suspicious(["from gpuformer_lib import exercises", "setattr(exercises.timing, 'x', 1)"]) == [
-        "cell 2: setattr on exercises.timing"]
+        "code cell 2: setattr on exercises.timing"]
     for path in notebook_paths():  # torch.compile(...), %time and the solutions are not suspicious
         nb = nbformat.read(path, as_version=4)
-        assert grade.suspicious([c.source if c.cell_type == "code" else "" for c in nb.cells]) == [], path.name
+        assert grade.suspicious([c.source if c.cell_type == "code" else None for c in nb.cells]) == [], path.name
+
+
+def test_only_code_is_flagged_not_what_strings_and_comments_say():
+    """A learner explaining themselves in a print or a comment is not flagged; the same words as code are."""
+    innocent = ['print("I did not use ctypes, nor exec( or eval(")  # no eval( here, no _record',
+                "# subprocess.run([sys.executable, '-S']) would escape; I did not\nx = 1",
+                "note = 'mount the data, then unshare it; checks.jsonl is the log'\nprint(note)",
+                "phase = 'eval'\nmodel = torch.nn.Linear(2, 2).eval()\nfast = torch.compile(model)",
+                "import subprocess\nsubprocess.run(['grep', '-E', 'x', 'f.txt'])",  # -E of grep, not of Python
+                "import os, subprocess, sys\nsubprocess.run([sys.executable, '-c', '1'], env={**os.environ, 'X': '1'})"]
+    assert grade.suspicious(innocent) == []
+    assert grade.suspicious(["import ctypes", "x = __import__('ctypes')", "eval('1')",
+                             "import os\nos.environ.get('GPUFORMER_GRADE_LOG')", "getattr(__builtins__, 'exec')('1')",
+                             "f = compile", "print(open('../checks.jsonl').read())"]) == [
+        "code cell 1: ctypes", "code cell 2: ctypes", "code cell 3: eval(", "code cell 4: the grading log",
+        "code cell 5: exec(", "code cell 6: compile(", "code cell 7: the grading log"]
+
+
+def test_the_routes_past_the_sandbox_a_determined_student_used_are_flagged():
+    no_hook = "a Python child without the sandbox's hook"
+    cells = {
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-S', '-c', 'print(1)'])": f"{no_hook} (-S)",
+        "import subprocess, sys\ncmd = [sys.executable, '-I', 'x.py']\nsubprocess.Popen(cmd)": f"{no_hook} (-I)",
+        "import os, sys\nos.execv(sys.executable, [sys.executable, '-ESc', 'pass'])": f"{no_hook} (-E, -S)",
+        "import os\nos.system('python3 -S -c 1')": f"{no_hook} (-S)",
+        "!python -I -c 'import os'": f"{no_hook} (-I)",
+        "import subprocess, sys\nsubprocess.run([sys.executable, 'x.py'], env={'PATH': '/usr/bin'})":
+            "a child process with its own env= (without the sandbox's PYTHONPATH)",
+        "import os\ndel os.environ['PYTHONPATH']": "changes PYTHONPATH (the sandbox's hook)",
+        "import os\nos.environ.pop('PYTHONPATH', None)": "changes PYTHONPATH (the sandbox's hook)",
+        "import subprocess\nsubprocess.run(['mount', '-o', 'remount,rw', '/'])": "starting the program mount",
+        "import subprocess\nsubprocess.run('umount /x; true', shell=True)": "starting the program umount",
+        "import subprocess\nsubprocess.run(['sh', '-c', 'echo x > /tmp/y; nsenter -t 1 -m sh'])":
+            "starting the program nsenter",
+        "argv = ['/usr/sbin/chroot', '/', 'sh']": "starting the program chroot",
+        "from subprocess import run\nrun(['unshare', '-r', 'sh'])": "starting the program unshare",
+        "!pivot_root . old": "starting the program pivot_root",
+        "import os\nos.unshare(os.CLONE_NEWNS)": "calling unshare()",
+        "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.mount(None, b'/', None, 32, None)": "calling mount()",
+        "import ctypes\ngetattr(ctypes.CDLL(None), 'umount2')(b'/x', 2)": "calling umount2()",
+    }
+    for source, label in cells.items():
+        flagged = grade.suspicious([source])
+        assert len(flagged) == 1 and label in flagged[0], (source, flagged)
+    # the code a child Python is given with -c is read as code: the determined student's second route
+    child = ("import subprocess, sys\n"
+             "code = ('import subprocess; subprocess.run([\"mount\", \"-o\", \"remount,rw\", '\n"
+             "        '\"/\"])')\nsubprocess.run([sys.executable, '-S', '-c', code], check=True)")
+    assert grade.suspicious([child]) == [f"code cell 1: {no_hook} (-S), starting the program mount"]
 
 
 # --------------------------------------------------------------------------- the audit hook, in a bare Python
@@ -206,12 +258,217 @@ def test_the_grade_is_the_last_cell_that_called_the_check():
     cells = [{"index": 1, "status": "ok", "log_lines": [0, 1]}, {"index": 2, "status": "ok", "log_lines": [1, 3]}]
     status = lambda *entries: grade.exercise_status("check_a", sub, {"cells": cells, "checks": list(entries)})
     assert status(entry(False, 0), entry(True, 1), entry(True, 2))[0] == grade.PASSED
-    assert status(entry(True, 0), entry(False, 1, "❌ hint"), entry(True, 2)) == (grade.FAILED, "❌ hint (cell 3)")
+    assert status(entry(True, 0), entry(False, 1, "❌ hint"), entry(True, 2)) == (grade.FAILED,
+                                                                                 "❌ hint (code cell 3)")
     assert status(entry(True, 0), entry(True, 2))[0] == grade.PASSED  # the first line of the log counts for cell 2
     assert status({**entry(False, 1, "did not return within 10 s"), "timed_out": True})[0] == grade.TIMED_OUT
     assert status(entry(False, 1, "did not return within 10 s"))[0] == grade.FAILED  # the field, not the text
     assert status()[0] == grade.DID_NOT_RUN and "reported no result" in status()[1]
     assert grade.exercise_status("check_b", sub, {"cells": cells, "checks": []})[1].startswith("no cell")
+
+
+def test_every_exercise_of_every_course_notebook_is_numbered_as_the_book_numbers_it():
+    """Each check column of each course notebook gets the number of its exercise's heading: one of this chapter's,
+    each once, in the book's order (chapter 1's exercise 1.4 grades two predictions: 1.4a and 1.4b)."""
+    names = grade.exercise_check_names()
+    seen = {}
+    for path in notebook_paths():
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        exercises = grade.course_exercises(nb, names)
+        assert [e.check for e in exercises] == grade.expected_exercises(nb, names), path.name
+        numbers = [e.number for e in exercises]
+        assert None not in numbers, (path.name, [e.check for e in exercises if e.number is None])
+        assert len(set(numbers)) == len(numbers), (path.name, numbers)
+        chapter = int(grade.chapter_of(path.name))
+        assert all(n.split(".")[0] == str(chapter) for n in numbers), (path.name, numbers)
+        order = [(int(n.split(".")[1].rstrip("abcdefgh")), n) for n in numbers]
+        assert order == sorted(order), (path.name, numbers)
+        assert all(e.stubs and all(e.check in stub for stub in e.stubs) for e in exercises), path.name
+        seen[path.name] = dict(zip((e.check for e in exercises), numbers))
+    assert seen["03_attention.ipynb"]["check_causal_mask"] == "3.1"
+    assert seen["13_translation_case_study.ipynb"]["check_refusal_diagnosis"] == "13.2"  # a **13.2 ...** paragraph
+    assert seen["12_model_parallel.ipynb"]["check_one_f_one_b"] == "12.1"
+    assert (seen["01_why_gpus.ipynb"]["check_add_time_prediction"],
+            seen["01_why_gpus.ipynb"]["check_matmul_time_prediction"]) == ("1.4a", "1.4b")
+
+
+def test_a_check_call_without_an_exercise_heading_above_it_gets_no_number():
+    nb = {"cells": [
+        {"cell_type": "markdown", "source": "## Exercises\n\n### Exercise 2.1: the first"},
+        {"cell_type": "code", "source": "check_a(f)", "metadata": {}},
+        {"cell_type": "code", "source": "assert check_a(g)", "metadata": {"tags": ["solution"]}},
+        {"cell_type": "markdown", "source": "## 2.9 A section that is not an exercise"},
+        {"cell_type": "code", "source": "check_b(f)", "metadata": {}},
+        {"cell_type": "markdown", "source": "**2.2 A diagnosis.** Find the bug."},
+        {"cell_type": "code", "source": "check_c(x)\ncheck_d(y)", "metadata": {}}]}
+    found = grade.course_exercises(nb, {"check_a", "check_b", "check_c", "check_d"})
+    assert [(e.check, e.number, e.stubs) for e in found] == [
+        ("check_a", "2.1", ("check_a(f)",)), ("check_b", None, ("check_b(f)",)),
+        ("check_c", "2.2a", ("check_c(x)\ncheck_d(y)",)), ("check_d", "2.2b", ("check_c(x)\ncheck_d(y)",))]
+    assert grade.column_name("02_x.ipynb", "check_b", None) == "02::check_b"
+    assert grade.exercise_label("check_b", None) == "check_b"
+
+
+def _chapter_three(*exercise_cell: str) -> grade.Submission:
+    """A submitted chapter 3 as the grader reads it: markdown, the imports, markdown, then ``exercise_cell``."""
+    cells = ["", "from gpuformer_lib.exercises import check_causal_mask", "", *exercise_cell]
+    kinds = ["markdown", "code", "markdown", *["code"] * len(exercise_cell)]
+    return grade.Submission("ada", Path("03_attention.ipynb"), "03_attention.ipynb", matched_by="its file name",
+                            cells=cells, kinds=kinds)
+
+
+STUB_31 = "def causal_mask(T):\n    raise NotImplementedError  # your code here\n\n\ncheck_causal_mask(causal_mask)"
+
+
+def _entry(passed, message, line=0, **fields):
+    return {"check": "check_causal_mask", "passed": passed, "message": message, "line": line, **fields}
+
+
+def _ran(*indexes):
+    return [{"index": i, "status": "ok", "log_lines": [k, k + 1]} for k, i in enumerate(indexes)]
+
+
+def test_feedback_names_the_exercise_as_the_book_does_and_cites_code_cells():
+    answer = "def causal_mask(T):\n    return torch.ones(T, T)\n\n\ncheck_causal_mask(causal_mask)"
+    sub = _chapter_three(answer)  # notebook cell 4 (index 3) is the learner's second code cell
+    record = {"cells": _ran(3), "checks": [_entry(False, "❌ Not yet. Mask the future.")]}
+    status = grade.exercise_status("check_causal_mask", sub, record, number="3.1", stubs=(STUB_31,))
+    assert status == (grade.FAILED, "❌ Not yet. Mask the future. (code cell 2, the code cell of exercise 3.1)")
+    assert grade.cell_name(sub, 3) == "code cell 2" and grade.code_cell(sub, 1) == 1
+    crashed = grade.exercise_status("check_causal_mask", sub, {"cells": [{"index": 3, "status": "error",
+                                                                           "ename": "NameError", "evalue": "torch"}],
+                                                               "checks": []}, number="3.1")
+    assert crashed == (grade.CRASHED, "code cell 2, the code cell of exercise 3.1 raised NameError: torch")
+    never = grade.exercise_status("check_causal_mask", sub, {"cells": [], "checks": [],
+                                                             "stopped": "the kernel died in cell 2"}, number="3.1")
+    assert never[1] == ("code cell 2, the code cell of exercise 3.1, which calls check_causal_mask, never ran: the "
+                        "kernel died in code cell 1")
+    out = Path(tempfile.mkdtemp())
+    key = ("03_attention.ipynb", "check_causal_mask")
+    grade._write_feedback(out / "ada.md", "ada", ["03_attention.ipynb"], {"03_attention.ipynb": ["check_causal_mask"]},
+                          {"03_attention.ipynb": sub}, {("ada", "03_attention.ipynb"): record}, {key: status}, [],
+                          numbers={key: "3.1"})
+    feedback = (out / "ada.md").read_text()
+    assert ("- Exercise 3.1 (check_causal_mask): failed. ❌ Not yet. Mask the future. (code cell 2, the code cell of "
+            "exercise 3.1)") in feedback
+    assert "Refused by the sandbox" not in feedback  # the record has no "refusals": nothing refused
+    grade._write_csv(out / "grades.csv", [key], {"ada": {key: status}}, {"ada": []}, {key: "3.1"})
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    assert rows == [{"student": "ada", "03:3.1:check_causal_mask": "failed", "total": "0", "out_of": "1",
+                     "flags": "", "refused": ""}]
+
+
+def test_an_untouched_stub_is_not_attempted_and_a_wrong_answer_failed():
+    stubbed = _chapter_three(STUB_31 + "\n")  # trailing space and lines do not count
+    hint = "❌ Not yet. The check could not use what your function returned."
+    status = grade.exercise_status("check_causal_mask", stubbed, {"cells": _ran(3), "checks": [_entry(False, hint)]},
+                                   number="3.1", stubs=(STUB_31,))
+    assert status[0] == grade.NOT_ATTEMPTED and status[1].startswith("its code cell is still the stub")
+    # edited, but the function still raises the stub's NotImplementedError: the check's log line says so
+    edited = _chapter_three(STUB_31.replace("# your code here", "# TODO tomorrow"))
+    placeholder = _entry(False, "❌ Not yet. The function still raises NotImplementedError", not_attempted=True)
+    status = grade.exercise_status("check_causal_mask", edited, {"cells": _ran(3), "checks": [placeholder]},
+                                   number="3.1", stubs=(STUB_31,))
+    assert status == (grade.NOT_ATTEMPTED, "❌ Not yet. The function still raises NotImplementedError (code cell 2, "
+                                           "the code cell of exercise 3.1)")
+    wrong = _entry(False, "❌ Not yet. Mask the future.", not_attempted=False)
+    assert grade.exercise_status("check_causal_mask", edited, {"cells": _ran(3), "checks": [wrong]},
+                                 number="3.1", stubs=(STUB_31,))[0] == grade.FAILED
+    # two calls in one cell (exercise 3.2): one answered, one left None is an attempt that failed
+    both = {"cells": [{"index": 3, "status": "ok", "log_lines": [0, 2]}],
+            "checks": [_entry(True, "✅", 0), _entry(False, "None", 1, not_attempted=True)]}
+    assert grade.exercise_status("check_causal_mask", edited, both, number="3.1")[0] == grade.FAILED
+    # a stub that timed out is timed out
+    looped = _entry(False, "did not return within 10 s", timed_out=True)
+    assert grade.exercise_status("check_causal_mask", stubbed, {"cells": _ran(3), "checks": [looped]},
+                                 number="3.1", stubs=(STUB_31,))[0] == grade.TIMED_OUT
+    out = Path(tempfile.mkdtemp())
+    key = ("03_attention.ipynb", "check_causal_mask")
+    grade._write_csv(out / "grades.csv", [key], {"ada": {key: status}}, {"ada": []}, {key: "3.1"})
+    row = next(csv.DictReader((out / "grades.csv").open()))
+    assert (row["03:3.1:check_causal_mask"], row["total"]) == ("not attempted", "0")
+
+
+def test_the_checks_log_says_when_an_answer_is_still_the_stubs_placeholder(tmp_path, monkeypatch):
+    from gpuformer_lib.exercises.heads import check_kv_cache_prediction
+    log = tmp_path / "checks.jsonl"
+    monkeypatch.setenv(GRADE_LOG_ENV, str(log))
+
+    def stub(m, n, k):
+        raise NotImplementedError  # your code here
+
+    check_matmul_flops(stub)
+    check_matmul_flops(lambda m, n, k: m * n * k)  # wrong: attempted
+    check_training_state_prediction(None, 16_000)
+    check_training_state_prediction(8_000, 16_000)
+    check_kv_cache_prediction({"MHA": None, "MQA": None}, {"MHA": 1024, "MQA": 128})
+    check_kv_cache_prediction("about a kilobyte", {"MHA": 1024})  # a not-yet of the check's own: recorded too
+    check_occupancy_limiter({"T4": (None, {}), "H100 SXM": (None, {})}, threads_per_block=256, regs_per_thread=64,
+                            smem_per_block=24 * 1024)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["check"], e["not_attempted"]) for e in lines] == [
+        ("check_matmul_flops", True), ("check_matmul_flops", False), ("check_training_state_prediction", True),
+        ("check_training_state_prediction", False), ("check_kv_cache_prediction", True),
+        ("check_kv_cache_prediction", False), ("check_occupancy_limiter", True)]
+    assert not any(e["passed"] for e in lines)
+
+
+def test_every_check_records_its_result_whatever_path_it_takes():
+    """A public check records through _safe_check; one that is not wrapped (a prediction, which lets a bad
+    measurement raise) may only return what records itself: grade_prediction's result, own_result's, an inner
+    checker's. A check that returned a result of its own unrecorded (check_kv_cache_prediction's "predict a
+    dict", check_padding_prediction's endless function) was graded "did not run"."""
+    for path in (REPO_ROOT / "gpuformer_lib" / "exercises").glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("check_")):
+                continue
+            if any(ast.unparse(d) == "_safe_check" for d in node.decorator_list):
+                continue
+            recorders = {"grade_prediction", "own_result"} | {f.name for f in node.body if isinstance(
+                f, ast.FunctionDef) and any(ast.unparse(d) == "_safe_check" for d in f.decorator_list)}  # inner
+            returns, todo = [], list(node.body)
+            while todo:  # its own returns, not those of the functions it defines
+                statement = todo.pop()
+                if isinstance(statement, ast.Return):
+                    returns.append(statement)
+                elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                    todo += list(ast.iter_child_nodes(statement))
+            recorded = {t.id for a in ast.walk(node) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
+                        and ast.unparse(a.value.func) in recorders for t in a.targets if isinstance(t, ast.Name)}
+            assert returns and all(isinstance(r.value, ast.Call) and ast.unparse(r.value.func) in recorders
+                                   or isinstance(r.value, ast.Name) and r.value.id in recorded
+                                   for r in returns), f"{path.name}: {node.name} returns a result it does not record"
+
+
+def test_what_the_sandbox_refused_is_a_column_and_a_feedback_section():
+    sub = _chapter_three("import subprocess\nsubprocess.run(['mount'])", "open('/etc/x', 'w')")
+    record = {"cells": _ran(3, 4), "checks": [], "refusals": [
+        {"what": "starting the program mount (only Python, ...)", "cell": 3},
+        {"what": "writing /etc/x", "cell": 4}, {"what": "writing /etc/x", "cell": 4},
+        {"what": "the network (looking up\nexample.com)", "cell": None}]}
+    refused = grade.refusals(sub, record)
+    assert refused == [("starting the program mount (only Python, ...) (code cell 2)", 1),
+                       ("writing /etc/x (code cell 3)", 2), ("the network (looking up example.com)", 1)]
+    assert grade.refusals(sub, {"cells": []}) == [] and grade.refusals(sub, None) == []  # no "refusals": none
+    triples = [("03", what, times) for what, times in refused]
+    assert grade.refused_cell(triples) == ("4: 03 starting the program mount (only Python, ...) (code cell 2); 03 "
+                                           "writing /etc/x (code cell 3), 2 times; 03 the network (looking up "
+                                           "example.com)")
+    assert grade.refused_cell([]) == ""
+    assert grade.refused_cell([("03", f"writing /x{i}", 1) for i in range(12)]).endswith("writing /x9; ...")
+    out = Path(tempfile.mkdtemp())
+    key = ("03_attention.ipynb", "check_causal_mask")
+    results = {key: (grade.DID_NOT_RUN, "x")}
+    grade._write_csv(out / "grades.csv", [key], {"ada": results}, {"ada": []}, {key: "3.1"}, {"ada": triples})
+    assert next(csv.DictReader((out / "grades.csv").open()))["refused"].startswith("4: 03 starting the program mount")
+    grade._write_feedback(out / "ada.md", "ada", ["03_attention.ipynb"], {"03_attention.ipynb": ["check_causal_mask"]},
+                          {"03_attention.ipynb": sub}, {("ada", "03_attention.ipynb"): record}, results, [])
+    feedback = (out / "ada.md").read_text()
+    section = feedback.split("## Refused by the sandbox\n")[1].split("\n## ")[0]
+    assert "4 attempt(s)" in section
+    assert ("- 03_attention.ipynb: starting the program mount (only Python, ...) (code cell 2)\n"
+            "- 03_attention.ipynb: writing /etc/x (code cell 3), 2 times\n"
+            "- 03_attention.ipynb: the network (looking up example.com)") in section
 
 
 # --------------------------------------------------------------------------- a class of broken submissions
@@ -242,8 +499,8 @@ def notebook(cells, source=TINY):
 
 def instructor_copy():
     cells = [new_markdown_cell("# A tiny chapter"), IMPORTS]
-    for stub, solution in zip(STUBS, SOLUTIONS):
-        cells += [new_markdown_cell("### Exercise"), stub,
+    for number, (stub, solution) in enumerate(zip(STUBS, SOLUTIONS), start=1):
+        cells += [new_markdown_cell(f"### Exercise 1.{number}: the {number}th"), stub,
                   new_code_cell(solution, metadata={"tags": ["hide-cell", student.SOLUTION_TAG]})]
     return notebook(cells, source=None)
 
@@ -312,14 +569,18 @@ def hints(graded, student_name):
 def test_the_csv_has_a_row_per_student_a_column_per_exercise_and_a_total(graded):
     with (graded["out"] / "grades.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["student", *(f"01:{c}" for c in EXERCISES), "total", "out_of", "flags"]
+    assert list(rows[0]) == ["student", *(f"01:1.{i}:{c}" for i, c in enumerate(EXERCISES, start=1)), "total",
+                             "out_of", "flags", "refused"]
     totals = {row["student"]: int(row["total"]) for row in rows}
     assert totals == {"broken": 0, "deleted": 1, "evil": 0, "exits": 0, "flat": 3, "good": 3, "loop": 1,
                       "renamed": 3, "zed": 0}
     assert all(row["out_of"] == "3" and row["total"] == str(list(row.values()).count("passed")) for row in rows)
     assert graded["subs_unchanged"]  # the submissions were copied, never written
     flags = {row["student"]: row["flags"] for row in rows if row["flags"]}
-    assert flags == {"evil": "01 cell 4: the grading log; 01 cell 5: _record"}, flags
+    assert flags == {"evil": "01 code cell 4: the grading log; 01 code cell 5: _record"}, flags
+    refused = {row["student"]: row["refused"] for row in rows if row["refused"]}
+    assert list(refused) == ["evil"] and refused["evil"].startswith("3: 01 writing "), refused
+    assert "(code cell 2); 01 the network" in refused["evil"] and refused["evil"].endswith("(code cell 4)")
 
 
 def test_a_duplicate_is_decided_by_how_it_matched_not_by_its_time(graded):
@@ -332,8 +593,9 @@ def test_a_duplicate_is_decided_by_how_it_matched_not_by_its_time(graded):
 
 def test_a_renamed_notebook_is_matched_by_its_metadata_and_its_huge_output_capped(graded):
     assert statuses(graded, "renamed") == [grade.PASSED] * 3
-    # cells: imports, the print, then stub and solution per exercise: the solutions are cells 4, 6 and 8
-    assert [hint.rsplit("(", 1)[1] for hint in hints(graded, "renamed")] == ["cell 4)", "cell 6)", "cell 8)"]
+    # cells: imports, the print, then stub and solution per exercise: the solutions are code cells 4, 6 and 8
+    assert [hint.rsplit("(", 1)[1] for hint in hints(graded, "renamed")] == [
+        "code cell 4)", "code cell 6)", "code cell 8)"]
     feedback = (graded["out"] / "feedback" / "renamed.md").read_text()
     assert "submitted as `my lab.ipynb`, graded as `01_tiny.ipynb` (matched by the metadata of the student copy)" in feedback
     executed = graded["out"] / "work" / "renamed" / "01_tiny" / "executed.ipynb"
@@ -341,7 +603,7 @@ def test_a_renamed_notebook_is_matched_by_its_metadata_and_its_huge_output_cappe
 
 
 def test_deleted_cells_and_an_invalid_notebook_did_not_run_and_say_why(graded):
-    assert statuses(graded, "deleted") == [grade.PASSED, grade.DID_NOT_RUN, grade.FAILED]
+    assert statuses(graded, "deleted") == [grade.PASSED, grade.DID_NOT_RUN, grade.NOT_ATTEMPTED]  # a stub left
     assert "no cell of the submitted notebook calls check_speedup" in hints(graded, "deleted")[1]
     assert statuses(graded, "broken") == [grade.DID_NOT_RUN] * 3
     assert "not a valid notebook" in (graded["out"] / "feedback" / "broken.md").read_text()
@@ -360,7 +622,9 @@ def test_endless_loops_time_out_and_the_run_goes_on(graded):
 def test_sys_exit_and_a_killed_kernel_are_crashes_and_the_rest_did_not_run(graded):
     assert statuses(graded, "exits") == [grade.CRASHED, grade.CRASHED, grade.DID_NOT_RUN]
     exit_hint, killed, after = hints(graded, "exits")
-    assert "SystemExit" in exit_hint and "kernel died in cell 3" in killed and "the kernel died in cell 3" in after
+    assert "SystemExit" in exit_hint and "code cell 2, the code cell of exercise 1.1 raised" in exit_hint
+    assert "kernel died in code cell 3, the code cell of exercise 1.2" in killed
+    assert "never ran: the kernel died in code cell 3" in after
 
 
 def test_writes_outside_connects_and_a_forged_pass_are_refused_and_flagged(graded):
@@ -370,7 +634,8 @@ def test_writes_outside_connects_and_a_forged_pass_are_refused_and_flagged(grade
     log = graded["out"] / "work" / "evil" / "01_tiny" / "checks.jsonl"
     assert "forged" not in log.read_text()
     feedback = (graded["out"] / "feedback" / "evil.md").read_text()
-    assert "**Review by hand** before trusting this grade" in feedback and "01 cell 5: _record" in feedback
+    assert "**Review by hand** before trusting this grade" in feedback and "01 code cell 5: _record" in feedback
+    assert "## Refused by the sandbox" in feedback and "- 01_tiny.ipynb: the network" in feedback
     assert "Review by hand" not in (graded["out"] / "feedback" / "good.md").read_text()
     evil = json.loads((graded["out"] / "work" / "evil" / "01_tiny" / "run.json").read_text())["refusals"]
     assert [r["cell"] for r in evil] == [1, 2, 3] and "writing" in evil[0]["what"], evil
@@ -388,8 +653,8 @@ def test_an_honest_run_has_nothing_refused(graded):
 def test_the_feedback_gives_each_status_and_hint(graded):
     feedback = (graded["out"] / "feedback" / "loop.md").read_text()
     assert feedback.startswith("# Feedback for loop") and "**1 of 3 exercises passed.**" in feedback
-    assert "- **check_speedup**: timed out. ❌ Not yet. Your function did not return within 2 s" in feedback
-    assert "cell 2 ran past its time limit (15 s)" in feedback
+    assert "- Exercise 1.2 (check_speedup): timed out. ❌ Not yet. Your function did not return within 2 s" in feedback
+    assert "code cell 2 ran past its time limit (15 s)" in feedback and "Refused by the sandbox" not in feedback
 
 
 def test_two_entries_that_would_be_one_student_are_refused_naming_both(tmp_path):
@@ -502,7 +767,7 @@ def test_solved_student_copies_get_full_marks_and_untouched_ones_zero(tmp_path):
     results = grade.grade(subs, tmp_path / "grades", REPO_ROOT / "notebooks", jobs=2, progress=False)
     assert len(results["solved"]) == 5
     assert {status for status, _ in results["solved"].values()} == {grade.PASSED}, results["solved"]
-    assert {status for status, _ in results["untouched"].values()} == {grade.FAILED}, results["untouched"]
+    assert {status for status, _ in results["untouched"].values()} == {grade.NOT_ATTEMPTED}, results["untouched"]
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "grades" / "grades.csv").open())}
     assert (rows["solved"]["total"], rows["untouched"]["total"], rows["solved"]["out_of"]) == ("5", "0", "5")
     for record in (tmp_path / "grades" / "work").glob("*/*/run.json"):  # a real chapter: nothing refused

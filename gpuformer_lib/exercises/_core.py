@@ -11,7 +11,13 @@ code goes through :func:`_try`, and every public ``check_*`` is wrapped by :func
   uses ``SIGALRM``, so it applies on Linux and macOS in the main thread (where a Jupyter kernel runs
   cells); on Windows, or in another thread, the function runs without a limit. A Python loop is
   interrupted at once; one long C call (a huge matmul, a GPU kernel) only when it returns;
-* it turns an exception, ``None`` or a value of the wrong kind into one specific hint;
+* it turns an exception, ``None`` or a value of the wrong kind into one specific hint; what the learner's
+  code returned is examined (compared with the inputs, converted by ``expect``) under the time limit too, since
+  that calls the answer's own methods (a ``__float__`` or ``__eq__`` of the learner's);
+* a check that calls the learner's code in any other way (a forward and backward through the learner's module,
+  a library helper such as ``check_no_lookahead`` or ``torch._dynamo.explain`` that calls the learner's function)
+  runs that code through :func:`_run_limited`, under the same limit (``tests/test_faults_exercises.py`` feeds
+  every check that takes a function, a class or a kernel an answer that never returns);
 * ``_safe_check`` turns anything that still goes wrong while the check examines the answer into a
   not-yet result that names what the answer was. ``KeyboardInterrupt`` still interrupts.
 
@@ -19,7 +25,10 @@ code goes through :func:`_try`, and every public ``check_*`` is wrapped by :func
 check, once it has its result, appends one JSON line to that file (opened, written, flushed and closed at once,
 so a kernel that dies a moment later loses nothing): ``check`` (the public function's name, the exercise's
 stable id), ``passed``, ``message`` (what was printed, the hint included), ``timed_out`` (true when the check
-failed because the learner's function ran past the time limit), ``time`` (UTC, ISO 8601), ``execution_count``
+failed because the learner's function ran past the time limit), ``not_attempted`` (true when the check failed on
+the stub's own placeholder: the learner's function still raised the stub's bare ``NotImplementedError``, or the
+answer was still the stub's ``None``, ``...`` or ``"?"``, alone or as every value of a dict, list or tuple, such as
+``{"T4": None}``), ``time`` (UTC, ISO 8601), ``execution_count``
 (IPython's execution counter while the check ran, else null; for reading only: the grader attributes a line to
 the cell that was running when it was written) and ``pid``. A check called by another check is recorded once,
 as the outer one. ``make grade`` (:mod:`gpuformer_lib.tools.grade`) reads these lines instead of parsing printed
@@ -32,10 +41,10 @@ under this file's name, ``ctypes``). The guards here are cheap ones against casu
 a caller without a key held in the closure of :func:`_safe_check` (not a module global), the grader's sandbox
 refuses other code opening the log, and only names of real checks that the instructor's copy calls are counted,
 each attributed to the cell that ran it. What actually catches deliberate forging is a person: ``make grade``
-flags every cell that mentions the channel's internals, ``exec``/``compile``, ``ctypes`` or an audit hook, or
-assigns to an attribute of a ``gpuformer_lib.exercises`` module (a ``flags`` column in ``grades.csv``, "review by
-hand" in the feedback). So a grade is trustworthy for learners who are not trying to cheat, and a flagged cell
-must be read before the grade is trusted.
+flags every cell whose code uses the channel's internals, ``exec``/``compile``, ``ctypes`` or an audit hook, or
+assigns to an attribute of a ``gpuformer_lib.exercises`` module (:mod:`gpuformer_lib.tools.review`; a ``flags``
+column in ``grades.csv``, "review by hand" in the feedback). So a grade is trustworthy for learners who are not
+trying to cheat, and a flagged cell must be read before the grade is trusted.
 """
 
 from __future__ import annotations
@@ -88,6 +97,7 @@ class _CheckState:
         self.answered = False
         self.answer: Any = None
         self.timed_out = False  # the learner's code ran past the time limit (recorded as ``timed_out``)
+        self.not_attempted = False  # the answer was the stub's placeholder (recorded as ``not_attempted``)
 
 
 _STATE: contextvars.ContextVar[_CheckState | None] = contextvars.ContextVar("gpuformer_check", default=None)
@@ -130,7 +140,8 @@ def _grading_channel() -> tuple[Callable[..., None], Callable[[Callable[..., Che
     against casual forging, not a boundary: the key can still be dug out of the closure; see the module docstring.)"""
     key = object()
 
-    def _record(name: str, result: CheckResult, _key: object = None, timed_out: bool = False) -> None:
+    def _record(name: str, result: CheckResult, _key: object = None, timed_out: bool = False,
+                not_attempted: bool = False) -> None:
         """Append ``result`` of the check ``name`` to the grading log, if ``GPUFORMER_GRADE_LOG`` names one."""
         if _key is not key:
             raise PermissionError("only a check (a function wrapped by _safe_check) records its result")
@@ -139,6 +150,7 @@ def _grading_channel() -> tuple[Callable[..., None], Callable[[Callable[..., Che
             return
         line = json.dumps({"check": name, "passed": bool(getattr(result, "passed", False)),
                            "message": str(getattr(result, "message", "")), "timed_out": bool(timed_out),
+                           "not_attempted": bool(not_attempted),
                            "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
                            "execution_count": _execution_count(), "pid": os.getpid()}, ensure_ascii=False)
         try:
@@ -155,6 +167,7 @@ def _grading_channel() -> tuple[Callable[..., None], Callable[[Callable[..., Che
         def guarded(*args: Any, **kwargs: Any) -> CheckResult:
             outermost = _STATE.get() is None
             state = _CheckState(check.__name__)
+            state.not_attempted = bool(args) and _placeholder(args[0])
             token = _STATE.set(state)
             try:
                 result = check(*args, **kwargs)
@@ -162,11 +175,13 @@ def _grading_channel() -> tuple[Callable[..., None], Callable[[Callable[..., Che
                 result = _report(False, _unexpected_hint(check, state, args, err))
             finally:
                 _STATE.reset(token)
-            if not outermost and state.timed_out:  # an inner check's time-out is the outer one's too
-                _state().timed_out = True
+            if not outermost:  # an inner check's time-out and placeholder are the outer one's too
+                _state().timed_out |= state.timed_out
+                _state().not_attempted |= state.not_attempted
             if outermost:
-                _record(_public_name(check.__name__), result, key,
-                        timed_out=state.timed_out and not getattr(result, "passed", False))
+                failed = not getattr(result, "passed", False)
+                _record(_public_name(check.__name__), result, key, timed_out=state.timed_out and failed,
+                        not_attempted=state.not_attempted and failed and not state.timed_out)
             return result
 
         return guarded
@@ -175,6 +190,22 @@ def _grading_channel() -> tuple[Callable[..., None], Callable[[Callable[..., Che
 
 
 _record, _safe_check = _grading_channel()
+
+_PLACEHOLDER_TEXT = ("", "?", "...")
+
+
+def _placeholder(value: Any, depth: int = 0) -> bool:
+    """Whether an answer is still a stub's placeholder: ``None``, ``...``, ``"?"`` (or an empty string), or a dict,
+    list, tuple or set holding only placeholders (``{"T4": None, "H100 SXM": None}``, ``(None, {})``, ``set()``). A
+    number, a tensor, a function or an object of the learner's own class never is (nothing of theirs is called)."""
+    if value is None or value is Ellipsis:
+        return True
+    if type(value) is str:
+        return value.strip() in _PLACEHOLDER_TEXT
+    if type(value) in (dict, list, tuple, set) and depth < 4:
+        items = value.values() if type(value) is dict else value
+        return all(_placeholder(item, depth + 1) for item in items)
+    return False
 
 
 def _unexpected_hint(check: Callable[..., Any], state: _CheckState, args: tuple, err: Exception) -> str:
@@ -197,6 +228,38 @@ def _timed_out(hint: str | None) -> bool:
     return bool(hint) and _TIMED_OUT in hint
 
 
+def _timed_out_hint(seconds: float, what: str = "Your function") -> str:
+    _state().timed_out = True
+    return (f"{what} {_TIMED_OUT} {seconds:g} s: an endless loop? (On a slow machine, set the environment "
+            f"variable {TIME_LIMIT_ENV} to more seconds.)")
+
+
+NOT_IMPLEMENTED_HINT = "The function still raises NotImplementedError: replace that line with your code."
+
+
+def _stub_raised() -> str:
+    """The hint for the stub's own bare ``raise NotImplementedError``, noting that the exercise was not attempted."""
+    _state().not_attempted = True
+    return NOT_IMPLEMENTED_HINT
+
+
+def _run_limited(call: Callable[..., Any], *args: Any, time_scale: float = 1.0,
+                 what: str = "Your code") -> tuple[Any, str | None]:
+    """Run the check's own ``call(*args)``, which calls into the learner's code in a way :func:`_try` cannot (a
+    forward and backward through the learner's module, a helper that calls the learner's function), under the time
+    limit times ``time_scale``. Returns ``(value, None)``, or ``(None, hint)`` when it ran out of time (recorded
+    as ``timed_out``); an exception goes to the caller, which says what raised. Import what ``call`` needs before
+    calling this: an import interrupted half-way stays broken for the rest of the process."""
+    try:
+        seconds = _time_limit_s() * time_scale
+    except ValueError as err:
+        return None, str(err)
+    try:
+        return _call_with_time_limit(call, args, seconds), None
+    except _TimeLimitExceeded:
+        return None, _timed_out_hint(seconds, what)
+
+
 def _try(fn: Callable[..., Any], *args: Any, expect: Callable[[Any], tuple[Any, str | None]] | None = None,
          none_ok: bool = False, time_scale: float = 1.0) -> tuple[Any, str | None]:
     """Call the learner's ``fn`` on copies of ``args``, under the time limit (see the module docstring)
@@ -205,6 +268,8 @@ def _try(fn: Callable[..., Any], *args: Any, expect: Callable[[Any], tuple[Any, 
     Returns ``(value, None)``, or ``(None, hint)`` if ``fn`` is not a function, raised, did not return in
     time, changed an argument in place, returned None (unless ``none_ok``) or returned a value that
     ``expect`` (a converter from ``_answers`` such as ``_number``, which may also convert it) rejects.
+    Examining the value (the comparison with the inputs, ``expect``) runs under the time limit too: it calls
+    the methods of what the learner's code returned.
     """
     if not callable(fn):
         name = _state().name
@@ -218,12 +283,10 @@ def _try(fn: Callable[..., Any], *args: Any, expect: Callable[[Any], tuple[Any, 
     try:
         value = _call_with_time_limit(fn, copies, seconds)
     except _TimeLimitExceeded:
-        _state().timed_out = True
-        return None, (f"Your function {_TIMED_OUT} {seconds:g} s: an endless loop? (On a slow machine, set the "
-                      f"environment variable {TIME_LIMIT_ENV} to more seconds.)")
+        return None, _timed_out_hint(seconds)
     except NotImplementedError as err:
         if not str(err):  # the exercise's placeholder, not an operation torch lacks
-            return None, "The function still raises NotImplementedError: replace that line with your code."
+            return None, _stub_raised()
         return None, _raised_hint(err, args)
     except SystemExit:
         return None, "Your function called exit(): return the answer instead."
@@ -231,12 +294,19 @@ def _try(fn: Callable[..., Any], *args: Any, expect: Callable[[Any], tuple[Any, 
         return None, _raised_hint(err, args)
     state = _state()
     state.answered, state.answer = True, value
-    for index, (original, given) in enumerate(zip(args, copies)):
-        if _changed(original, given):
-            return None, _in_place_hint(fn, index, original)
-    if value is None and not none_ok:
-        return None, "Your function returns None: did you forget `return`?"
-    return expect(value) if expect else (value, None)
+
+    def examine() -> tuple[Any, str | None]:
+        for index, (original, given) in enumerate(zip(args, copies)):
+            if _changed(original, given):
+                return None, _in_place_hint(fn, index, original)
+        if value is None and not none_ok:
+            return None, "Your function returns None: did you forget `return`?"
+        return expect(value) if expect else (value, None)
+
+    try:
+        return _call_with_time_limit(examine, (), seconds)
+    except _TimeLimitExceeded:
+        return None, _timed_out_hint(seconds, f"What your function returned (a {type(value).__name__}), examined,")
 
 
 def _raised_hint(err: BaseException, args: tuple) -> str:

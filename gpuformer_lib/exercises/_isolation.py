@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import sys
+import sysconfig
 import threading
 import time
 from typing import Any, Callable
@@ -29,7 +30,10 @@ TIME_LIMIT_ENV = "GPUFORMER_CHECK_TIME_LIMIT"
 class _TimeLimitExceeded(BaseException):
     """Raised inside the learner's code when its time is up. Not an ``Exception``, so that an
     ``except Exception`` in the learner's loop cannot swallow it. A bare ``except:`` could, so once the
-    time is up a handler that caught it raises it again (see :func:`_raise_in_handlers`)."""
+    time is up a handler of the learner's that caught it raises it again (see :func:`_raise_in_handlers`). The
+    clean-up of library code (``torch.no_grad``'s ``__exit__``, a ``finally`` in torch or the checks) runs to
+    its end, so that a learner's loop inside ``with torch.no_grad():`` does not leave autograd off for the rest of
+    the notebook."""
 
 
 def _time_limit_s() -> float:
@@ -50,6 +54,28 @@ _caller_frame: Any = None  # the frame of _call_with_time_limit while a limited 
 _AGAIN_EVERY_S = 0.2  # once the time is up, the limit is raised again this often until the call ends
 
 
+def _library_roots() -> tuple[str, ...]:
+    """Where library code lives: the standard library, the installed packages, and this course's library."""
+    roots = {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}  # gpuformer_lib
+    roots |= {path for name, path in sysconfig.get_paths().items() if name in ("stdlib", "platstdlib", "purelib",
+                                                                              "platlib") and path}
+    return tuple(os.path.join(os.path.abspath(root), "") for root in sorted(roots))
+
+
+_LIBRARY_ROOTS = _library_roots()
+_library_cache: dict[Any, bool] = {}
+
+
+def _is_library(code: Any) -> bool:
+    """Whether ``code`` is library code (whose clean-up must run), not the learner's (a notebook cell, their file)."""
+    known = _library_cache.get(code)
+    if known is None:
+        name = code.co_filename
+        known = name.startswith("<frozen") or os.path.abspath(name).startswith(_LIBRARY_ROOTS)
+        _library_cache[code] = known
+    return known
+
+
 def _trace_learner_frames(frame: Any) -> None:
     """Trace ``frame`` and the frames below it down to the limited call's own, and every frame started from now."""
     while frame is not None and frame is not _caller_frame:
@@ -59,9 +85,10 @@ def _trace_learner_frames(frame: Any) -> None:
 
 
 def _raise_in_handlers(frame: Any, event: str, arg: Any) -> Any:
-    """The trace function of the learner's code once its time is up: a line run while handling the limit
-    (the ``pass`` of an ``except: pass``) raises it again, so a handler cannot swallow it."""
-    if event == "line" and sys.exc_info()[0] is _TimeLimitExceeded:
+    """The trace function of the learner's code once its time is up: a line of the learner's run while handling
+    the limit (the ``pass`` of an ``except: pass``) raises it again, so a handler cannot swallow it. Library code
+    (an ``__exit__`` or ``finally`` of torch's or the standard library's) is left to finish its clean-up."""
+    if event == "line" and sys.exc_info()[0] is _TimeLimitExceeded and not _is_library(frame.f_code):
         raise _TimeLimitExceeded
     return _raise_in_handlers
 
@@ -76,6 +103,8 @@ def _keep_tracing(frame: Any, event: str, arg: Any) -> None:
 def _on_alarm(signum: int, frame: Any) -> None:
     if frame is _caller_frame or frame.f_code in _OWN_CODE:
         return  # the call is being tidied up, or the alarm landed in the functions above: try at the next one
+    if sys.exc_info()[0] is _TimeLimitExceeded and _is_library(frame.f_code):
+        return  # the limit is on its way out already, through library clean-up: let that finish
     _trace_learner_frames(frame)
     sys.setprofile(_keep_tracing)
     raise _TimeLimitExceeded

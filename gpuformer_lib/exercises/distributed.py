@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 
 from gpuformer_lib.exercises._answers import _indices, _number, _numbers
-from gpuformer_lib.exercises._core import CheckResult, _close, _report, _safe_check, _try
+from gpuformer_lib.exercises._core import CheckResult, _close, _report, _run_limited, _safe_check, _try
 
 
 @_safe_check
@@ -167,12 +167,18 @@ def check_bucketed_data_parallel(cls) -> CheckResult:
         if not isinstance(wrapped, torch.nn.Module):
             return _report(False, f"cls(module, bucket_bytes) should give an nn.Module, got {type(wrapped).__name__}")
         ranks.messages.clear()  # what the constructor sent (broadcasts are free here) does not count
-        try:
+
+        def step() -> None:  # the learner's forward, backward hooks and finish_gradients
             F.mse_loss(wrapped(x), y).backward()
             if hasattr(wrapped, "finish_gradients"):
                 wrapped.finish_gradients()
+
+        try:
+            _, hint = _run_limited(step, what="Your wrapper's forward, backward or finish_gradients")
         except Exception as error:  # noqa: BLE001 - the learner's code
             return _report(False, f"forward/backward through your wrapper raised {type(error).__name__}: {error}")
+        if hint:
+            return _report(False, hint)
         messages = list(ranks.messages)
     got = [p.grad for p in wrapped.parameters()]  # the check passed a copy of the model to cls
     if len(got) != len(want):

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from gpuformer_lib.exercises._core import CheckResult, _report, _safe_check, _try
+from gpuformer_lib.exercises._core import CheckResult, _report, _run_limited, _safe_check, _try
 
 
 def check_patch_attention_prediction(predicted, counted: float, *, short_patch: int, long_patch: int,
@@ -55,12 +55,15 @@ def check_trailing_mean(trailing_mean: Callable[[np.ndarray, int, int], float]) 
         got, err = _try(trailing_mean, series, t, k)
         if err:
             return _report(False, err)
-        try:
-            check_no_lookahead(lambda s, when: np.asarray(trailing_mean(s, when, k), dtype=np.float64), series, t)
+        try:  # calls the learner's function again, on a changed series: under the time limit too
+            _, hint = _run_limited(check_no_lookahead, lambda s, when: np.asarray(trailing_mean(s, when, k),
+                                                                                 dtype=np.float64), series.copy(), t)
         except AssertionError:
             return _report(False, f"At t={t} your feature changed when the values from t on were changed: it reads "
                                   "the future. A centred window (t - k/2 .. t + k/2) is what a smoothing plot uses, "
                                   "not what a forecast made at t knows; take the k values before t, series[t-k:t].")
+        if hint:
+            return _report(False, hint)
         want = _reference_trailing_mean(series, t, k)
         if not np.isclose(float(got), want, rtol=1e-9, atol=1e-9):
             return _report(False, f"At t={t}, k={k} the mean of series[t-k:t] is {want:.6f}, you returned "

@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 
 from gpuformer_lib.exercises._answers import _number
 from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _try
-from gpuformer_lib.exercises.predictions import grade_prediction
+from gpuformer_lib.exercises.predictions import grade_prediction, own_result
 
 
 def _gqa_parameters(C: int, H: int, Hkv: int, bias: bool) -> int:
@@ -53,10 +53,11 @@ def check_kv_cache_prediction(predicted: Mapping[str, float], measured: Mapping[
     """Grade predicted KV-cache bytes (one number per configuration, e.g. ``{"MHA": ..., "GQA-4": ...,
     "MQA": ...}``) against the bytes read from the cache tensors; each must be within 10 %."""
     if not isinstance(predicted, Mapping):
-        return _report(False, f"Predict a dict {{configuration: bytes}}, not {_describe(predicted)}.")
+        return own_result(False, f"Predict a dict {{configuration: bytes}}, not {_describe(predicted)}.")
     missing = [name for name in measured if name not in predicted]
     if missing:
-        return _report(False, f"Predict a number of bytes for every configuration; missing: {', '.join(missing)}.")
+        return own_result(False, f"Predict a number of bytes for every configuration; missing: {', '.join(missing)}.",
+                          not_attempted=not predicted)
     results = []
     for name, nbytes in measured.items():
         result = grade_prediction(
@@ -71,8 +72,8 @@ def check_kv_cache_prediction(predicted: Mapping[str, float], measured: Mapping[
         results.append(result)
         if not result:
             return result
-    return _report(True, "All three sizes match the tensors. The cache scales with n_kv_heads: MQA's is "
-                         "n_heads times smaller than MHA's, and GQA sits in between.")
+    return own_result(True, "All three sizes match the tensors. The cache scales with n_kv_heads: MQA's is "
+                            "n_heads times smaller than MHA's, and GQA sits in between.")
 
 
 def check_decode_speedup_prediction(predicted, measured, *, context: int,
@@ -85,8 +86,8 @@ def check_decode_speedup_prediction(predicted, measured, *, context: int,
     busy machine can be far off."""
     value, hint = _number(predicted)
     if hint is None and value is not None and 0 < value < 1:
-        return _report(False, f"You predicted {value:.3g}: below 1 would mean the cache makes a step slower. "
-                              "Speedup = time without the cache / time with it.")
+        return own_result(False, f"You predicted {value:.3g}: below 1 would mean the cache makes a step slower. "
+                                 "Speedup = time without the cache / time with it.")
     return grade_prediction(
         predicted, measured, quantity=f"the speedup from the KV cache at {context} tokens", unit="x", within=3.0,
         measured_by=measured_by,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from gpuformer_lib.exercises._answers import _number, _numbers
-from gpuformer_lib.exercises._core import CheckResult, _close, _report, _safe_check, _timed_out, _try
+from gpuformer_lib.exercises._core import (CheckResult, _close, _describe, _report, _run_limited, _safe_check,
+                                            _stub_raised, _timed_out, _try)
 
 
 @_safe_check
@@ -130,20 +131,30 @@ def check_low_memory_loss(fn: Callable) -> CheckResult:
     hidden = torch.randn(N, C, requires_grad=True)
     targets = torch.randint(0, V, (N,))
     targets[:7] = -100
-    results = []
-    for f in (lambda h, w, y: F.cross_entropy(w(h).float(), y), fn):
+    def measure(f: Callable) -> tuple[Any, int]:
         hidden.grad = head.weight.grad = None
-        try:
-            with LiveBytes() as live:
-                loss = f(hidden, head, targets)
-                loss.backward()
-        except NotImplementedError:
-            return _report(False, "The function still raises NotImplementedError: replace that line with your code.")
+        with LiveBytes() as live:
+            loss = f(hidden, head, targets)
+            loss.backward()
+        return loss, live.peak
+
+    if not callable(fn):
+        return _report(False, f"Pass your function itself, e.g. check_low_memory_loss(my_loss), not {_describe(fn)}.")
+    results = []
+    for learners, f in ((False, lambda h, w, y: F.cross_entropy(w(h).float(), y)), (True, fn)):
+        try:  # the learner's forward and backward both run under the checks' time limit
+            measured, hint = _run_limited(measure, f) if learners else (measure(f), None)
+        except NotImplementedError as error:
+            return _report(False, _stub_raised() if not str(error) else f"your function raised NotImplementedError: "
+                                                                         f"{error}")
         except Exception as error:  # noqa: BLE001 - the learner's code: reported, not raised
             return _report(False, f"your function raised {type(error).__name__}: {error}")
+        if hint:
+            return _report(False, hint)
+        loss, peak = measured
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            return _report(False, f"return the loss as a 0-dimensional tensor, got {loss!r}")
-        results.append((loss.detach(), hidden.grad, head.weight.grad, live.peak))
+            return _report(False, f"return the loss as a 0-dimensional tensor, got {_describe(loss)}")
+        results.append((loss.detach(), hidden.grad, head.weight.grad, peak))
     (l0, g0, w0, p0), (l1, g1, w1, p1) = results
     if g1 is None or w1 is None:
         return _report(False, "the gradients did not reach hidden and head.weight: keep the computation in autograd "

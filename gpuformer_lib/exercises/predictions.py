@@ -16,7 +16,7 @@ import math
 import numbers
 
 from gpuformer_lib.exercises._answers import _number
-from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check
+from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _state
 
 
 def _positive(name: str, value) -> float:
@@ -57,6 +57,17 @@ def grade_prediction(predicted, measured, *, quantity: str, unit: str, within: f
         f"{measured_by} (closest of {len(measurements)} measurements: timings vary on a busy machine)")
     # the measurement and the tolerance are the notebook's: a bad one raises; the learner's answer never does
     return _grade(predicted, best, quantity, unit, within, too_high, too_low, why_close, by)
+
+
+@_safe_check
+def own_result(passed: bool, message: str, *, timed_out: bool = False, not_attempted: bool = False) -> CheckResult:
+    """A result a prediction check reaches without :func:`grade_prediction` (an answer of the wrong shape, the
+    learner's function that raised or ran out of time), printed and recorded in the grading log under that check's
+    name as grade_prediction's results are. Such a check is not wrapped by ``_safe_check`` itself, so that a bad
+    measurement, the notebook's own, raises; ``timed_out`` and ``not_attempted`` go into its log line."""
+    state = _state()
+    state.timed_out, state.not_attempted = timed_out, not_attempted
+    return _report(passed, message)
 
 
 def _within(value: float, measurements: list[float], within: float) -> bool:

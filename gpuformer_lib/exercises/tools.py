@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _try
+from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _run_limited, _safe_check, _try
 
 
 def predicted_int8_size_ratio(linear_share: float) -> float:
@@ -71,10 +71,16 @@ def check_graph_break_fixed(fn: Callable[[torch.Tensor], torch.Tensor]) -> Check
             return _report(False, "The outputs differ from the original function's: scale by the largest |value| "
                                   "only where it exceeds 1, and return x unchanged otherwise. torch.where(cond, a, b) "
                                   "computes both a and b and picks one per element.")
-    try:
-        found = graph_breaks(fn, inputs[0])
+    from torch import _dynamo  # before the time limit starts: an import it interrupted would stay broken
+
+    try:  # Dynamo runs the learner's function again, traced: under the time limit (6 x, for the tracing)
+        found, hint = _run_limited(graph_breaks, fn, inputs[0], time_scale=6.0, what="Tracing your function")
     except Exception as err:  # noqa: BLE001  the learner's function may not trace at all
         return _report(False, f"torch._dynamo.explain could not trace your function: {type(err).__name__}: {err}")
+    finally:
+        _dynamo.reset()  # also after a trace the time limit stopped half-way
+    if hint:
+        return _report(False, hint)
     if found.breaks:
         reasons = "; ".join(found.reasons) or "no reason recorded"
         return _report(False, f"Dynamo still finds {found.breaks} break(s) ({found.graphs} graphs): {reasons}. "

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from gpuformer_lib.exercises._answers import _index_batches, _number, _tensors
-from gpuformer_lib.exercises._core import CheckResult, _close, _report, _safe_check, _try
+from gpuformer_lib.exercises._core import (NOT_IMPLEMENTED_HINT, CheckResult, _close, _report, _safe_check, _timed_out,
+                                            _try)
 
 
 @_safe_check
@@ -213,13 +214,13 @@ def check_padding_prediction(predict: Callable[[list[int], int], float], lengths
     """``predict(lengths, batch_size)``: the share of padding (a fraction in (0, 1)) expected in batches of
     ``batch_size`` random sentences of these lengths, graded against the ``measured`` share
     (``data.padding_fraction`` over a random sampler's batches) within :data:`PADDING_WITHIN`."""
-    from gpuformer_lib.exercises.predictions import grade_prediction
+    from gpuformer_lib.exercises.predictions import grade_prediction, own_result
 
     if not 0 < measured < 1:
         raise ValueError(f"the measured padding share must be a fraction in (0, 1), got {measured!r}")
     value, err = _try(predict, list(lengths), batch_size, expect=_number)
     if err:
-        return _report(False, err)
+        return own_result(False, err, timed_out=_timed_out(err), not_attempted=err == NOT_IMPLEMENTED_HINT)
     return grade_prediction(
         value, measured, quantity=f"the padding share of random batches of {batch_size}", unit="(fraction)",
         within=PADDING_WITHIN, measured_by="the random sampler's batches measured",

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gpuformer_lib.exercises._answers import _number
-from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _try
+from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _run_limited, _safe_check, _try
 
 
 def _as_tensor(got: Any, what: str) -> tuple[Tensor | None, str | None]:
@@ -245,16 +245,23 @@ def check_tied_head(fn: Callable[[Tensor, Tensor], Tensor]) -> CheckResult:
         return _report(False, f"Logits must have shape (B, T, V) = (2, 5, {V}), got {tuple(got.shape)}: "
                               "multiply h (B, T, C) by the transposed weight, h @ weight.T.")
     plain = h @ w.T  # (B, T, C) x (C, V) -> (B, T, V)
+    from gpuformer_lib import data, model  # noqa: F401  before the time limit: an interrupted import stays broken
+
     if _same(got, plain * C ** -0.5):
-        loss = initial_loss_with_head(fn)
+        loss, hint = _run_limited(initial_loss_with_head, fn, what="Your function, in a model,")
+        if hint:
+            return _report(False, hint)
         if abs(loss - math.log(V)) > 0.35:
             return _report(False, f"The formula matches on a test input, but the model's first loss is {loss:.2f}, "
                                   f"not near ln {V} = {math.log(V):.2f}.")
         return _report(True, f"h @ W.T / sqrt(C): the untrained model's loss is {loss:.2f} against ln {V} = "
                              f"{math.log(V):.2f}. The sqrt(C) that made embeddings unit-size is taken back out.")
     if _same(got, plain):
-        loss = initial_loss_with_head(fn)
-        p_input = _input_token_probability(fn)
+        both, hint = _run_limited(lambda: (initial_loss_with_head(fn), _input_token_probability(fn)),
+                                  what="Your function, in a model,")
+        if hint:
+            return _report(False, hint)
+        loss, p_input = both
         return _report(False, f"The untrained model's first loss is {loss:.2f} against ln {V} = {math.log(V):.2f} "
                               f"for an even guess, and it gives the input token itself a mean probability of "
                               f"{p_input:.2f} (an even guess: {1 / V:.2f}). Why would an untrained model be so sure "

@@ -14,7 +14,13 @@ is still graded. When a student has two files for one chapter, the one matched b
 then file name, then chapter number; between equals the first path in alphabetical order), never the one with
 the newer time stamp; the feedback names both. The exercises of a course notebook are the ``check_*`` functions of
 :mod:`gpuformer_lib.exercises` that its non-solution cells call, read from the instructor's copy
-(``--course``, default the course's ``notebooks/``); a column is ``<chapter>:<check name>``. The notebooks
+(``--course``, default the course's ``notebooks/``). Each is named as the book numbers it: the number of the
+nearest exercise heading above its code cell there (``### Exercise 3.1: ...``, or a paragraph opening with
+``**13.2 ...**``; a heading of another kind in between ends an exercise; :func:`course_exercises`), with a letter
+when one exercise's cell calls several checks (``1.4a``, ``1.4b``). A column of ``grades.csv`` is
+``<chapter>:<number>:<check name>`` (``03:3.1:check_causal_mask``: the check's name is the stable id, so split on
+``:``); the feedback says ``Exercise 3.1 (check_causal_mask): failed. <hint>``, and cites a cell as the learner
+numbers it, counting code cells only (``code cell 12, the code cell of exercise 3.1``). The notebooks
 graded are those given with ``--notebooks`` (file names or chapter numbers), else every course notebook that
 some submission matched; a student without one gets "did not run" for its exercises.
 
@@ -30,7 +36,12 @@ sandbox's audit hook (what it refuses and what it cannot stop: see :mod:`gpuform
 Every check reports its result through the grading side channel (``GPUFORMER_GRADE_LOG``, see
 :mod:`gpuformer_lib.exercises._core`), so nothing printed is parsed.
 
-**The statuses.** Per exercise: ``passed``; ``failed`` (with the check's hint); ``timed out`` (the check's log
+**The statuses.** Per exercise: ``passed``; ``failed`` (with the check's hint); ``not attempted`` (the check failed
+on the stub itself: its log line says ``not_attempted``, because the learner's function still raised the stub's
+bare ``NotImplementedError`` or the answer was still the stub's ``None``/``...``/``"?"``, see
+:mod:`gpuformer_lib.exercises._core`; or the cell that ran it is, but for trailing spaces, the exercise's code cell
+as the student copy has it, the instructor's non-solution cell that ``make student`` keeps; it counts 0 like
+``failed``); ``timed out`` (the check's log
 line says ``timed_out``: the learner's function did not return in time; or the cell calling it ran past the cell
 time limit); ``crashed``
 (the cell calling the check raised, ``sys.exit`` included, or the kernel died in it); ``did not run`` (no cell
@@ -40,14 +51,19 @@ positions, and each result is attributed to the cell that was running when the c
 exercise is its last result**: the results its check reported in the last cell that called it (one cell may call
 a check twice: it passes only if every call in that cell passed). ``total`` counts the passed exercises.
 
-**Forged results.** The learner's code runs in the same process as the checks and can record any result (see
-:mod:`gpuformer_lib.exercises._core`). The grader flags every cell that mentions the grading channel's
-internals, ``exec``/``compile``/``eval``, ``ctypes`` or an audit hook, or assigns to an attribute of a
-``gpuformer_lib.exercises`` module (:func:`suspicious`): the ``flags`` column of ``grades.csv`` and a "review by
-hand" line in the feedback. A flagged row is not trustworthy until a person has read those cells.
+**Forged results, and escapes.** The learner's code runs in the same process as the checks and can record any
+result (see :mod:`gpuformer_lib.exercises._core`). The grader flags every code cell whose code (not its comments or
+prose strings: :mod:`gpuformer_lib.tools.review`) uses the grading channel's internals,
+``exec``/``compile``/``eval``, ``ctypes``, an audit hook, assigns to an attribute of a ``gpuformer_lib.exercises``
+module, starts a Python child without the sandbox's hook (``-S``, ``-I``, ``-E``, an ``env=`` without
+``PYTHONPATH``) or names ``mount``, ``unshare``, ``nsenter``, ``chroot`` or ``pivot_root``: the ``flags`` column of
+``grades.csv`` and a "review by hand" line in the feedback. A flagged row is not trustworthy until a person has read
+those cells. What the sandbox refused (the run record's ``refusals``: writing outside, starting a program, the
+network, reading the solutions) is reported too: the ``refused`` column (how many, then each with the code cell
+that was running) and a "Refused by the sandbox" section of the feedback.
 
 **What it writes.** ``OUT/grades.csv`` (one row per student: a column per exercise, ``total``, ``out_of``,
-``flags``), ``OUT/feedback/<student>.md`` (each exercise's
+``flags``, ``refused``), ``OUT/feedback/<student>.md`` (each exercise's
 status and hint, and what happened to each notebook), and ``OUT/work/<student>/`` (each notebook's work folder,
 its executed copy, check log, run record and the worker's log). It refuses an ``OUT`` inside the submissions
 folder (or holding it), and an existing ``OUT`` that is not a grades folder it wrote (it marks its own with
@@ -80,10 +96,12 @@ from tqdm.auto import tqdm
 
 from gpuformer_lib.tools import sandbox
 from gpuformer_lib.tools.notebooks import REPO_ROOT
+from gpuformer_lib.tools.review import suspicious
 from gpuformer_lib.tools.student import STUDENT_KEY, data_files, is_solution
 
 PASSED, FAILED, TIMED_OUT, CRASHED, DID_NOT_RUN = "passed", "failed", "timed out", "crashed", "did not run"
-STATUSES = (PASSED, FAILED, TIMED_OUT, CRASHED, DID_NOT_RUN)
+NOT_ATTEMPTED = "not attempted"
+STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, TIMED_OUT, CRASHED, DID_NOT_RUN)
 MAX_SUBMISSION_BYTES = 50_000_000
 """A bigger submitted notebook is not read (huge outputs, or not a notebook): graded as not valid."""
 MARKER = ".gpuformer_grades"
@@ -123,6 +141,60 @@ def expected_exercises(nb: dict, names: set[str]) -> list[str]:
     return list(dict.fromkeys(found))  # a cell that calls one check twice (two parts of an exercise) is one column
 
 
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise of a course notebook, as the instructor's copy states it."""
+    check: str
+    """The check its code cell calls: the exercise's stable id."""
+    number: str | None
+    """As the book numbers it: ``3.1``; ``1.4a`` and ``1.4b`` for two checks of one exercise; None where no heading
+    above its cell names an exercise (a course notebook always has one: a test says so)."""
+    stubs: tuple[str, ...] = ()
+    """The sources of the non-solution code cells that call the check: the exercise's cell in the student copy."""
+
+
+_EXERCISE_LABEL = re.compile(r"^\s*(?:#{1,6}\s*Exercise\s+(\d+\.\d+)\b|\*\*(?:Exercise\s+)?(\d+\.\d+)\b)", re.I)
+_HEADING = re.compile(r"^\s*#{1,6}\s")
+
+
+def course_exercises(nb: dict, names: set[str]) -> list[Exercise]:
+    """The exercises of an instructor's notebook (those of :func:`expected_exercises`, in order), each with its
+    number: that of the nearest exercise label above its first non-solution code cell, where a label is a markdown
+    heading ``### Exercise 3.1: ...`` or a paragraph opening with ``**13.2 ...**``, and any other heading in
+    between ends the exercise (no number). A cell that calls several checks gives each a letter, in the order the
+    cell calls them (``1.4a``, ``1.4b``)."""
+    numbers: dict[str, str | None] = {}
+    stubs: dict[str, list[str]] = {}
+    current: str | None = None
+    for cell in nb["cells"]:
+        source = _source(cell)
+        if cell.get("cell_type") == "markdown":
+            for line in source.splitlines():
+                label = _EXERCISE_LABEL.match(line)
+                if label:
+                    current = label.group(1) or label.group(2)
+                elif _HEADING.match(line):
+                    current = None
+        elif cell.get("cell_type") == "code" and not is_solution(cell):
+            checks = list(dict.fromkeys(_calls(source, names)))
+            for part, check in enumerate(checks):
+                stubs.setdefault(check, []).append(source)
+                if check not in numbers:
+                    letter = "abcdefghijklmnopqrstuvwxyz"[part] if len(checks) > 1 and part < 26 else ""
+                    numbers[check] = f"{current}{letter}" if current else None
+    return [Exercise(check, numbers[check], tuple(stubs[check])) for check in expected_exercises(nb, names)]
+
+
+def column_name(notebook: str, check: str, number: str | None) -> str:
+    """``03:3.1:check_causal_mask``: a ``grades.csv`` column (``03::check_x`` for an exercise without a number)."""
+    return f"{chapter_of(notebook)}:{number or ''}:{check}"
+
+
+def exercise_label(check: str, number: str | None) -> str:
+    """``Exercise 3.1 (check_causal_mask)``: an exercise as the feedback names it (the check alone without a number)."""
+    return f"Exercise {number} ({check})" if number else check
+
+
 def _source(cell: dict) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
@@ -132,77 +204,6 @@ def chapter_of(name: str) -> str:
     """``06`` for ``06_losses_and_optimizers.ipynb``; the stem for a notebook without a chapter number."""
     match = re.match(r"(\d\d)_", name)
     return match.group(1) if match else Path(name).stem
-
-
-# --------------------------------------------------------------------------- cells to review by hand
-
-_SUSPICIOUS = [(re.compile(pattern), what) for pattern, what in (
-    (r"\b_record\b", "_record"), (r"\b_report\b", "_report"), (r"\b_safe_check\b", "_safe_check"),
-    (r"GPUFORMER_GRADE_LOG|\bGRADE_LOG_ENV\b", "the grading log"), (r"(?<![\w.])compile\s*\(", "compile("),
-    (r"(?<![\w.])exec\s*\(", "exec("), (r"(?<![\w.])eval\s*\(", "eval("),
-    (r"__code__|__closure__|__globals__", "a function's internals"),
-    (r"\bctypes\b|\bcffi\b", "ctypes"), (r"addaudithook|sys\.audit\b", "audit hooks"),
-    (r"checks\.jsonl", "the grading log"))]
-
-
-def _exercise_aliases(tree: ast.AST) -> set[str]:
-    """Names a cell binds to ``gpuformer_lib.exercises`` or one of its modules (``predictions``, ``ex``)."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("gpuformer_lib")}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpuformer_lib"):
-            names |= {a.asname or a.name for a in node.names
-                      if (node.module or "").startswith("gpuformer_lib.exercises") or a.name == "exercises"}
-    return names
-
-
-def suspicious(cells: list[str]) -> list[str]:
-    """The cells to read by hand before trusting the grade: ``cell N: what`` for each code cell that mentions the
-    grading channel's internals, ``exec``/``compile``/``eval``, a function's ``__code__``, ``ctypes`` or an audit
-    hook, or
-    that assigns to an attribute of a ``gpuformer_lib.exercises`` module (``predictions._report = ...``). A
-    heuristic: it finds the routes known to forge a pass (see :mod:`gpuformer_lib.exercises._core`), not all."""
-    source_all = "\n".join(cells)
-    try:
-        aliases = _exercise_aliases(ast.parse(_without_magics(source_all)))
-    except SyntaxError:
-        aliases = set()
-    aliases |= {"gpuformer_lib"}
-    found = []
-    for index, source in enumerate(cells):
-        if not source.strip():
-            continue
-        what = [label for pattern, label in _SUSPICIOUS if pattern.search(source)]
-        try:
-            tree = ast.parse(_without_magics(source))
-        except SyntaxError:
-            tree = None
-        for node in ast.walk(tree) if tree is not None else ():
-            targets = (node.targets if isinstance(node, ast.Assign) else [node.target]
-                       if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("setattr", "delattr") and node.args):
-                root = node.args[0]
-                while isinstance(root, ast.Attribute):
-                    root = root.value
-                if isinstance(root, ast.Name) and root.id in aliases:
-                    what.append(f"{node.func.id} on {ast.unparse(node.args[0])}")
-            for target in targets:
-                root = target
-                while isinstance(root, ast.Attribute):
-                    root = root.value
-                if target is not root and isinstance(root, ast.Name) and root.id in aliases:
-                    what.append(f"assigns to {ast.unparse(target)}")
-        what = list(dict.fromkeys(what))
-        if what:
-            found.append(f"cell {index + 1}: {', '.join(what)}")
-    return found
-
-
-def _without_magics(source: str) -> str:
-    """Python source with IPython's ``%magic`` and ``!shell`` lines blanked, so that ``ast`` can parse it."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
 # --------------------------------------------------------------------------- the submissions
@@ -219,6 +220,39 @@ class Submission:
     problem: str | None = None  # why it cannot run (not JSON, not a notebook), if so
     cells: list[str] = field(default_factory=list)  # the code cells' sources, by cell index ('' for markdown)
     flags: list[str] = field(default_factory=list)  # cells to review by hand (:func:`suspicious`)
+    kinds: list[str] = field(default_factory=list)  # each cell's type, by cell index ("code", "markdown", "raw")
+
+
+def code_cell(sub: Submission, index: int) -> int:
+    """The number a learner gives the cell at ``index`` (a run record's cell index, which counts every cell): its
+    place among the notebook's code cells, from 1. Without ``kinds`` every cell counts."""
+    kinds = sub.kinds or ["code"] * max(len(sub.cells), index + 1)
+    return sum(1 for kind in kinds[:index + 1] if kind == "code")
+
+
+def cell_name(sub: Submission, index: int, check: str | None = None, number: str | None = None) -> str:
+    """``code cell 12, the code cell of exercise 3.1`` (the first cell of the submission that calls ``check``), else
+    ``code cell 12``: a cell as the learner finds it."""
+    name = f"code cell {code_cell(sub, index)}"
+    if check and number:
+        calls = [i for i, source in enumerate(sub.cells) if check in _calls(source, {check})]
+        if calls and calls[0] == index:
+            name += f", the code cell of exercise {number}"
+    return name
+
+
+def _learner_cells(text: str, sub: Submission) -> str:
+    """A run record's sentence (``the kernel died in cell 5``, counting every cell) with each cell named as the
+    learner numbers it (``code cell 3``)."""
+    return re.sub(r"(?<!code )\bcell (\d+)\b",
+                  lambda m: cell_name(sub, int(m.group(1)) - 1) if int(m.group(1)) > 0 else m.group(0), text)
+
+
+def _unchanged_stub(source: str, stubs: tuple[str, ...] | list[str]) -> bool:
+    """Whether a submitted cell is, but for trailing spaces and blank lines, one of the exercise's stubs."""
+    def norm(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+    return bool(source.strip()) and norm(source) in {norm(stub) for stub in stubs}
 
 
 def _student_name(raw: str) -> str:
@@ -291,7 +325,8 @@ def read_submission(student: str, path: Path, course_names: list[str]) -> Submis
         sub.cells = [_source(c) if c.get("cell_type") == "code" else "" for c in nb["cells"] if isinstance(c, dict)]
         if len(sub.cells) != len(nb["cells"]):
             sub.problem = "some of its cells are not notebook cells, so nothing in it ran"
-        sub.flags = suspicious(sub.cells)
+        sub.kinds = [str(c.get("cell_type")) for c in nb["cells"] if isinstance(c, dict)]
+        sub.flags = suspicious([source if kind == "code" else None for source, kind in zip(sub.cells, sub.kinds)])
     return sub
 
 
@@ -415,9 +450,12 @@ def _read_log(log: Path) -> list[dict]:
 
 
 def exercise_status(check: str, sub: Submission | None, record: dict | None,
-                    unreadable: list[str] = ()) -> tuple[str, str]:
+                    unreadable: list[str] = (), number: str | None = None, stubs: tuple[str, ...] = ()
+                    ) -> tuple[str, str]:
     """(status, what to tell the learner) for one exercise (see the module docstring); ``unreadable``: the
-    student's files that were neither readable nor matched to a chapter."""
+    student's files that were neither readable nor matched to a chapter; ``number``: the exercise's number in the
+    book (cells are cited with it); ``stubs``: its code cell in the student copy (an unchanged one is not
+    attempted)."""
     if sub is None and unreadable:
         return DID_NOT_RUN, f"no readable notebook for this chapter: {', '.join(unreadable)} could not be read"
     if sub is None:
@@ -434,12 +472,19 @@ def exercise_status(check: str, sub: Submission | None, record: dict | None,
     if mine:
         last = cell_of(mine[-1])
         results = [e for e in mine if cell_of(e) == last] if last is not None else mine[-1:]
-        where = f" (cell {last + 1})" if last is not None else ""
+        where = f" ({cell_name(sub, last, check, number)})" if last is not None else ""
         failed = [e for e in results if not e["passed"]]
         if not failed:
             return PASSED, results[-1]["message"] + where
         hint = failed[0]["message"]
-        return (TIMED_OUT if failed[0].get("timed_out") is True else FAILED), hint + where
+        if failed[0].get("timed_out") is True:
+            return TIMED_OUT, hint + where
+        untouched = last is not None and last < len(sub.cells) and _unchanged_stub(sub.cells[last], stubs)
+        if untouched:
+            return NOT_ATTEMPTED, f"its code cell is still the stub of the student copy. {hint}{where}"
+        if len(failed) == len(results) and all(e.get("not_attempted") is True for e in failed):
+            return NOT_ATTEMPTED, hint + where
+        return FAILED, hint + where
     calls = [i for i, source in enumerate(sub.cells) if check in _calls(source, {check})]
     if not calls:
         return DID_NOT_RUN, (f"no cell of the submitted notebook calls {check}(...): was the exercise's cell deleted "
@@ -447,18 +492,17 @@ def exercise_status(check: str, sub: Submission | None, record: dict | None,
     ran = {c["index"]: c for c in record["cells"]}
     done = [i for i in calls if i in ran]
     if not done:
-        why = record.get("stopped") or "the run ended before it"
-        return DID_NOT_RUN, f"cell {calls[0] + 1}, which calls {check}, never ran: {why}"
-    cell = ran[done[-1]]
+        why = _learner_cells(record.get("stopped") or "the run ended before it", sub)
+        return DID_NOT_RUN, f"{cell_name(sub, calls[0], check, number)}, which calls {check}, never ran: {why}"
+    cell, named = ran[done[-1]], cell_name(sub, done[-1], check, number)
     if cell["status"] == "timeout":
-        return TIMED_OUT, (f"cell {done[-1] + 1} ran past its time limit of {cell.get('limit_s', '?')} s and was "
+        return TIMED_OUT, (f"{named} ran past its time limit of {cell.get('limit_s', '?')} s and was "
                            "interrupted: an endless loop, or far too much work?")
     if cell["status"] == "error":
-        return CRASHED, f"cell {done[-1] + 1} raised {cell.get('ename')}: {cell.get('evalue', '')}".rstrip(": ")
+        return CRASHED, f"{named} raised {cell.get('ename')}: {cell.get('evalue', '')}".rstrip(": ")
     if cell["status"] == "dead":
-        return CRASHED, (f"the kernel died in cell {done[-1] + 1} (os._exit, a crash in compiled code, or out of "
-                         "memory)")
-    return DID_NOT_RUN, (f"cell {done[-1] + 1} ran, but {check} reported no result: is the call inside a branch "
+        return CRASHED, f"the kernel died in {named} (os._exit, a crash in compiled code, or out of memory)"
+    return DID_NOT_RUN, (f"{named} ran, but {check} reported no result: is the call inside a branch "
                          "that did not run, or was the check replaced?")
 
 
@@ -474,12 +518,47 @@ def run_summary(sub: Submission, record: dict | None) -> str:
     parts = [f"{said}. Ran {len(cells)} of its {code} code cells in {record.get('seconds', 0):.0f} s"]
     for c in cells:
         if c["status"] == "error":
-            parts.append(f"cell {c['index'] + 1} raised {c.get('ename')}")
+            parts.append(f"{cell_name(sub, c['index'])} raised {c.get('ename')}")
         elif c["status"] == "timeout":
-            parts.append(f"cell {c['index'] + 1} ran past its time limit ({c.get('limit_s')} s)")
+            parts.append(f"{cell_name(sub, c['index'])} ran past its time limit ({c.get('limit_s')} s)")
     if record.get("stopped"):
-        parts.append(f"the run ended early: {record['stopped']}")
+        parts.append(f"the run ended early: {_learner_cells(record['stopped'], sub)}")
     return "; ".join(parts[:12]) + ("; ..." if len(parts) > 12 else "") + "."
+
+
+def refusals(sub: Submission | None, record: dict | None) -> list[tuple[str, int]]:
+    """What the sandbox refused in one run (the record's ``refusals``, each ``{"what": ..., "cell": index or
+    None}``; none when the key is missing), each distinct attempt once with how many times it was made:
+    ``("writing /etc/x (code cell 5)", 3)``."""
+    found: dict[str, int] = {}
+    listed = (record or {}).get("refusals") or []
+    for refusal in listed if isinstance(listed, list) else []:
+        what = refusal.get("what") if isinstance(refusal, dict) else refusal
+        what = " ".join(str(what).split())[:200] or "(not said)"
+        cell = refusal.get("cell") if isinstance(refusal, dict) else None
+        if isinstance(cell, int) and not isinstance(cell, bool) and cell >= 0 and sub is not None:
+            what += f" ({cell_name(sub, cell)})"
+        found[what] = found.get(what, 0) + 1
+    return list(found.items())
+
+
+def _refusal_text(what: str, times: int) -> str:
+    return what if times == 1 else f"{what}, {times} times"
+
+
+REFUSALS_LISTED = 10
+"""The refusals a ``grades.csv`` cell lists (after their count); the feedback lists them all."""
+
+
+def refused_cell(refused: list[tuple[str, str, int]]) -> str:
+    """A ``grades.csv`` ``refused`` cell: ``3: 01 writing /x (code cell 5); 01 starting the program mount (code
+    cell 7); ...`` (how many attempts, then each distinct one with its chapter), empty when nothing was refused.
+    ``refused``: (chapter, what, times) triples."""
+    if not refused:
+        return ""
+    listed = [f"{chapter} {_refusal_text(what, times)}" for chapter, what, times in refused[:REFUSALS_LISTED]]
+    more = "; ..." if len(refused) > REFUSALS_LISTED else ""
+    return f"{sum(times for _, _, times in refused)}: " + "; ".join(listed) + more
 
 
 # --------------------------------------------------------------------------- the whole class
@@ -527,8 +606,11 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
         chosen = [_course_name(n, course) for n in notebooks]
     else:
         chosen = sorted({s.course for ss in subs.values() for s in ss if s.course})
-    expected = {name: expected_exercises(json.loads(course[name].read_text(encoding="utf-8")), names)
-                for name in chosen}
+    exercises = {name: course_exercises(json.loads(course[name].read_text(encoding="utf-8")), names)
+                 for name in chosen}
+    expected = {name: [exercise.check for exercise in exercises[name]] for name in chosen}
+    numbers = {(name, e.check): e.number for name in chosen for e in exercises[name]}
+    stubs = {(name, e.check): e.stubs for name in chosen for e in exercises[name]}
     netns = netns_available()
     if not netns:
         print("grade: warning: unshare cannot create a network namespace here, so the notebooks run WITH the "
@@ -602,15 +684,18 @@ def grade(submissions: Path, out: Path, course_dir: Path, notebooks: list[str] |
             records[key] = record
     columns = [(name, check) for name in chosen for check in expected[name]]
     results = {student: {(name, check): exercise_status(check, plan[student].get(name),
-                                                        records.get((student, name)), unreadable[student])
+                                                        records.get((student, name)), unreadable[student],
+                                                        numbers[(name, check)], stubs[(name, check)])
                          for name, check in columns} for student in plan}
     flags = {student: [f"{chapter_of(name)} {flag}" for name, s in sorted(plan[student].items()) for flag in s.flags]
              for student in plan}
-    _write_csv(out / "grades.csv", columns, results, flags)
+    refused = {student: [(chapter_of(name), what, times) for name, s in sorted(plan[student].items())
+                         for what, times in refusals(s, records.get((student, name)))] for student in plan}
+    _write_csv(out / "grades.csv", columns, results, flags, numbers, refused)
     (out / "feedback").mkdir(exist_ok=True)
     for student in plan:
         _write_feedback(out / "feedback" / f"{student}.md", student, chosen, expected, plan[student], records,
-                        results[student], notes[student], flags[student])
+                        results[student], notes[student], flags[student], numbers)
     return results
 
 
@@ -625,19 +710,27 @@ def _course_name(given: str, course: dict[str, Path]) -> str:
     return matches[0]
 
 
-def _write_csv(path: Path, columns: list[tuple[str, str]], results: dict, flags: dict[str, list[str]]) -> None:
-    """One row per student; ``flags``: the cells to review by hand before trusting the row (empty: none)."""
+def _write_csv(path: Path, columns: list[tuple[str, str]], results: dict, flags: dict[str, list[str]],
+               numbers: dict | None = None, refused: dict | None = None) -> None:
+    """One row per student: a column per exercise (:func:`column_name`; ``numbers``: (notebook, check) -> the
+    exercise's number), ``total``, ``out_of``, ``flags`` (the cells to review by hand before trusting the row) and
+    ``refused`` (:func:`refused_cell`; ``refused``: student -> (chapter, what, times) triples); empty: none."""
+    numbers, refused = numbers or {}, refused or {}
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student", *(f"{chapter_of(name)}:{check}" for name, check in columns), "total", "out_of",
-                         "flags"])
+        writer.writerow(["student", *(column_name(name, check, numbers.get((name, check))) for name, check in columns),
+                         "total", "out_of", "flags", "refused"])
         for student in sorted(results):
             statuses = [results[student][col][0] for col in columns]
-            writer.writerow([student, *statuses, statuses.count(PASSED), len(columns), "; ".join(flags[student])])
+            writer.writerow([student, *statuses, statuses.count(PASSED), len(columns), "; ".join(flags[student]),
+                             refused_cell(refused.get(student, []))])
 
 
 def _write_feedback(path: Path, student: str, chosen: list[str], expected: dict, subs: dict, records: dict,
-                    results: dict, notes: list[str], flags: list[str] = ()) -> None:
+                    results: dict, notes: list[str], flags: list[str] = (), numbers: dict | None = None) -> None:
+    """One student's feedback: the total, what to review by hand, what the sandbox refused, then per notebook what
+    happened to it and each exercise (``numbers``: (notebook, check) -> its number in the book)."""
+    numbers = numbers or {}
     passed = sum(1 for status, _ in results.values() if status == PASSED)
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"# Feedback for {student}", "",
@@ -645,8 +738,17 @@ def _write_feedback(path: Path, student: str, chosen: list[str], expected: dict,
              "result: what its check reported the last time a cell calling it ran.", ""]
     if flags:
         lines += [f"- **Review by hand** before trusting this grade: these cells touch the grading machinery or run "
-                  f"code in ways that can forge a result (chapter, cell, what): {'; '.join(flags)}.", ""]
+                  f"code in ways that can forge a result or get past the sandbox (chapter, cell, what): "
+                  f"{'; '.join(flags)}.", ""]
     lines += [f"- Note: {note}." for note in notes]
+    refused = [(name, what, times) for name in chosen if subs.get(name)
+               for what, times in refusals(subs[name], records.get((student, name)))]
+    if refused:
+        lines += ["", "## Refused by the sandbox", "",
+                  f"{sum(t for _, _, t in refused)} attempt(s) to reach outside the notebook's work folder were "
+                  "refused (nothing of it happened; the grade is what the checks reported). Worth a look: an "
+                  "accident (a path outside the work folder, a download), or an attempt on the grading.", ""]
+        lines += [f"- {name}: {_refusal_text(what, times)}" for name, what, times in refused]
     for name in chosen:
         sub = subs.get(name)
         lines += ["", f"## {name}", ""]
@@ -654,7 +756,7 @@ def _write_feedback(path: Path, student: str, chosen: list[str], expected: dict,
         lines.append("")
         for check in expected[name]:
             status, hint = results[(name, check)]
-            lines.append(f"- **{check}**: {status}. {hint}".rstrip())
+            lines.append(f"- {exercise_label(check, numbers.get((name, check)))}: {status}. {hint}".rstrip())
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

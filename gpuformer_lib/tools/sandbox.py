@@ -29,7 +29,8 @@ connects and name look-ups other than loopback; looking up C-library calls that 
 ``ctypes`` (:data:`LOW_LEVEL_CALLS`); and starting any program other than Python with the hook (never ``python
 -S``, ``-I``, ``-E`` or an environment without the hook's ``PYTHONPATH``), except a compiler
 (:data:`COMPILER_PROGRAMS`: ``g++``, ``cc``, ``openssl``, ...) that torch's compiler or Triton starts (a caller
-in ``torch/_inductor``, ``torch/utils/cpp_extension.py`` or ``triton/``), and ``uname``; a shell (``shell=True``,
+in ``torch/_inductor``, ``torch/utils/cpp_extension.py`` or ``triton/``), and ``uname`` and ``fc-list``
+(asked by ``platform`` and matplotlib; they only read); a shell (``shell=True``,
 ``os.system``, ``sh -c``) is always refused, so ``torch.utils.collect_env.run('echo x > outside')`` is refused
 too.
 
@@ -96,6 +97,7 @@ _LOW_LEVEL = {low_level!r}
 _ISOLATING_FLAGS = set("SIE")  # python -S, -I, -E: a child that would start without this hook
 _COMPILER_CALLERS = {callers!r}
 _COMPILER_PROGRAMS = {programs!r}
+_INFO_PROGRAMS = ("uname", "fc-list")  # platform.uname() and matplotlib's font cache ask them; they only read
 _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env")
 _LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
 _WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_TRUNC", 0)
@@ -190,7 +192,7 @@ def _allowed_program(executable, argv=None, env=None):
     if name in _SHELLS or (isinstance(argv, (list, tuple)) and len(argv) > 1 and argv[1] == "-c"
                            and _basename(argv[0]) in _SHELLS):
         return False
-    if name == "uname":  # platform.uname() asks it for the processor's name; it only reads
+    if name in _INFO_PROGRAMS:
         return True
     if _is_python(executable):
         hookless = _hookless_python(argv, env)
