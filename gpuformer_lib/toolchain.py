@@ -335,6 +335,11 @@ def arch_supported(capability: str, arch_list: Sequence[str]) -> bool:
     return False
 
 
+COURSE_TORCH_FLOOR = "2.13"
+"""The oldest torch this course's tests have run on (requirements.txt states it too; tests/test_packaging.py keeps
+them alike): a driver whose newest wheel is older can run PyTorch, not the course."""
+
+
 def _wheel_advice(driver_cuda: str | None) -> str:
     """'update the driver, or install ...' naming a published tag and the newest torch it carries."""
     found = wheel_index_for_driver(driver_cuda)
@@ -342,10 +347,13 @@ def _wheel_advice(driver_cuda: str | None) -> str:
         return ("update the NVIDIA driver (no CUDA wheel PyTorch publishes runs on CUDA "
                 f"{driver_cuda or 'this driver'})")
     tag, newest = found
+    below_floor = _version(newest) < _version(COURSE_TORCH_FLOOR)
     return (f"update the NVIDIA driver (first choice: newer torch releases need it), or install the newest wheel "
             f"this driver can run: pip install torch --index-url https://download.pytorch.org/whl/{tag} "
             f"(CUDA {'.'.join(map(str, PYTORCH_CUDA_INDEXES[tag][0]))}; torch {newest} is the newest release built "
-            f"for {tag}{'' if newest == _NEWEST_LISTED else ', so pin torch==' + newest + '.*'})")
+            f"for {tag}{'' if newest == _NEWEST_LISTED else ', so pin torch==' + newest + '.*'})"
+            + (f"; this course needs torch {COURSE_TORCH_FLOOR} or newer, so for the course only the driver update "
+               "will do" if below_floor else ""))
 
 
 _TRITON_PTXAS = ("torch.compile's Triton kernels fail the same way whatever the wheel's cu tag: Triton compiles with "
