@@ -48,18 +48,22 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror
 	@echo "Open _build/html/index.html"
 
+# Each part of test and rehearse starts with a line "== <part> @<seconds since 1970>": .ci/run reads them to say
+# how long each part took.
 test: $(STAMP)
+	@echo "== library tests and notebooks @$$(date +%s)"
 	$(PYTEST) -n $(JOBS) --dist loadfile
 	$(MAKE) --no-print-directory rehearse
 
 # The same notebook cells under each rehearsed GPU profile (see gpuformer_lib/profiles.py).
 rehearse: $(STAMP)
 	@for profile in $(REHEARSALS); do \
-	  echo "== rehearsing the $$profile profile on the CPU"; \
+	  echo "== rehearsing the $$profile profile on the CPU @$$(date +%s)"; \
 	  GPUFORMER_REHEARSE=$$profile $(PYTEST) -n $(JOBS) --dist loadfile -q notebooks || exit 1; \
 	done
-	@echo "== rehearsing the 8xh100 profile (chapters 11 and 12)"
+	@echo "== rehearsing the 8xh100 profile (chapters 11 and 12) @$$(date +%s)"
 	GPUFORMER_REHEARSE=8xh100 $(PYTEST) -n $(JOBS) --dist loadfile -q notebooks/11_data_parallel.ipynb notebooks/12_model_parallel.ipynb
+	@echo "== rehearsals done @$$(date +%s)"
 
 gpu-check: $(STAMP)
 	$(PY) -m gpuformer_lib.tools.gpu_check

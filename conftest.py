@@ -5,10 +5,16 @@ changes it). Budgets are a report, not a test: CI machines are noisy, so a noteb
 flagged. A gross overrun, ``GPUFORMER_NOTEBOOK_OVERRUN`` times the budget (default 3), fails the run:
 that is a notebook whose sizes are wrong, not a slow machine. Under a rehearsed profile
 (``GPUFORMER_REHEARSE``) the report names it.
+
+Under pytest-xdist (``make test``: ``-n 2 --dist loadfile``) the files are handed out longest first, so that the
+two workers finish together: the notebooks by the seconds their stored run took (``make outputs`` records them
+in the notebook's metadata), then the test files, most tests first (xdist's own order). xdist's default hands
+out every file by its number of tests, which put chapter 10, the longest notebook, last.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 
@@ -23,6 +29,35 @@ def _budget_s() -> float:
 
 def _overrun() -> float:
     return float(os.environ.get("GPUFORMER_NOTEBOOK_OVERRUN", "3"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order set below
+        config.option.loadscopereorder = False
+
+
+def _stored_seconds(path) -> float:
+    """The seconds the notebook's stored run took (``make outputs``), 0 where it has none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return float(json.load(f)["metadata"]["gpuformer"]["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    if not hasattr(config, "workerinput"):  # only the order xdist's workers report matters; a plain run keeps its own
+        return
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def longest_first(path: str) -> tuple:
+        if path.endswith(".ipynb"):
+            return 0, -_stored_seconds(config.rootpath / path)
+        return 1, -len(files[path])
+
+    items[:] = [item for path in sorted(files, key=longest_first) for item in files[path]]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -5,6 +5,7 @@ import time
 import pytest
 import torch
 
+from fake_clock import FakeClock
 from gpuformer_lib import bench
 
 
@@ -18,24 +19,37 @@ def test_timer_measures_known_work():
     timing = bench.time_fn(work, warmup=2, repeats=5)
     assert len(calls) == 2 + 5
     assert len(timing.times) == 5
-    assert 0.019 <= timing.median < 0.06
+    assert timing.median >= 0.019  # the real clock: a sleep lasts at least as long as asked, on any load
     assert timing.min <= timing.median
 
 
-def test_timer_divides_by_calls_per_repeat():
-    timing = bench.time_fn(lambda: time.sleep(0.005), warmup=0, repeats=3, number=4)
-    assert 0.0045 <= timing.median < 0.02
+# The timer's arithmetic on a clock of the test's own (each call moves it by a known amount), so that the
+# values are exact: a real sleep can last any time longer than asked on a busy machine.
 
 
-def test_timer_median_ignores_one_outlier():
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(bench, "time", fake)
+    return fake
+
+
+def test_timer_divides_by_calls_per_repeat(clock):
+    timing = bench.time_fn(lambda: clock.sleep(0.005), warmup=0, repeats=3, number=4)
+    assert timing.times == pytest.approx((0.005,) * 3)
+
+
+def test_timer_median_ignores_one_outlier(clock):
     delays = iter([0.0] + [0.01, 0.01, 0.2, 0.01, 0.01])
-    timing = bench.time_fn(lambda: time.sleep(next(delays)), warmup=1, repeats=5)
-    assert timing.median < 0.05 and max(timing.times) > 0.19
+    timing = bench.time_fn(lambda: clock.sleep(next(delays)), warmup=1, repeats=5)
+    assert timing.median == pytest.approx(0.01) and max(timing.times) == pytest.approx(0.2)
 
 
-def test_timer_stops_at_its_time_limit():
-    timing = bench.time_fn(lambda: time.sleep(0.05), warmup=0, repeats=100, max_seconds=0.2)
-    assert 3 <= len(timing.times) <= 6
+def test_timer_stops_at_its_time_limit(clock):
+    timing = bench.time_fn(lambda: clock.sleep(0.0625), warmup=0, repeats=100, max_seconds=0.2)
+    assert len(timing.times) == 4  # the first repeat past 0.2 s: 4 x 0.0625 = 0.25
+    timing = bench.time_fn(lambda: clock.sleep(1.0), warmup=0, repeats=100, max_seconds=0.2)
+    assert len(timing.times) == 3  # never fewer than 3 repeats
 
 
 @pytest.mark.parametrize("kwargs", [dict(repeats=0), dict(warmup=-1), dict(number=0)])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
+import time
 
 import pytest
 import yaml
@@ -182,18 +183,29 @@ def test_the_sidebar_opens_from_the_menu_button_on_a_phone(site, browser):
         button = page.locator("button.primary-toggle:visible").first
         assert button.count(), "no visible ☰ button at 400 px"
         button.click()
-        page.wait_for_timeout(400)
-        assert any(_in_viewport(page, link) for link in chapter_link.all()), \
+        assert _soon(page, lambda: any(_in_viewport(page, link) for link in chapter_link.all())), \
             "the ☰ button did not open the chapter list"
         shot(page, "03_phone_sidebar_open.png")
         page.keyboard.press("Escape")
         secondary = page.locator("button.secondary-toggle:visible, button.pst-navbar-icon.secondary-toggle:visible")
         if secondary.count():
             secondary.first.click()
-            page.wait_for_timeout(400)
             toc = page.locator("#pst-secondary-sidebar a, #pst-secondary-sidebar-modal a")
-            assert any(_in_viewport(page, link) for link in toc.all()), "the page-contents button did not open them"
+            assert _soon(page, lambda: any(_in_viewport(page, link) for link in toc.all())), \
+                "the page-contents button did not open them"
         assert not view.errors, view.errors[:3]
+
+
+def _soon(page, condition, seconds: float = 15.0) -> bool:
+    """Whether ``condition()`` holds within ``seconds``, asked again every 50 ms: what a click or a key starts (a
+    sidebar sliding in, a picture or a result redrawn) is waited for, not given a fixed time that a busy machine
+    can overrun."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        page.wait_for_timeout(50)
+    return True
 
 
 def _in_viewport(page, locator) -> bool:
@@ -238,9 +250,8 @@ def test_chapter_3_sliders_change_the_picture(site, browser):
         handle = explorer.locator(".noUi-handle, .slider-container input, input[type=range]").first
         handle.focus()
         page.keyboard.press("ArrowRight")
-        page.wait_for_timeout(300)
-        after = explorer.evaluate(visible)
-        assert before and after != before, "moving the head slider did not change the picture"
+        assert before and _soon(page, lambda: explorer.evaluate(visible) != before), \
+            "moving the head slider did not change the picture"
         shot(page, "03_explorer_after_slider.png")
         assert not view.errors, view.errors[:3]
 
@@ -257,9 +268,9 @@ def test_chapter_9_calculator_recomputes_in_the_page(site, browser):
         model = calculator.locator("select").first
         options = model.locator("option").all_inner_texts()
         model.select_option(label=options[-1])
-        page.wait_for_timeout(200)
+        assert _soon(page, lambda: result.inner_text() != before), \
+            "the calculator's result did not change with the model"
         after = result.inner_text()
-        assert after != before, "the calculator's result did not change with the model"
         assert options[-1].split(" (")[0] in after, f"the result does not name {options[-1]}"
         shot(page, "09_calculator_after.png")
         assert not view.errors, view.errors[:3]

@@ -2,11 +2,11 @@
 
 import dataclasses
 import math
-import time
 
 import pytest
 import torch
 
+from fake_clock import FakeClock
 from gpuformer_lib import case_study as cs
 from gpuformer_lib import speed
 from gpuformer_lib.model import DecoderLM, TransformerConfig, transformer_flops
@@ -23,8 +23,6 @@ def toy_batches(setting, seed, epoch):
     for _ in range(8):
         pattern = torch.randint(0, 12, (size, 4), generator=g)
         yield pattern.repeat(1, 4)[:, :13]  # (B, 13): 12 inputs, 12 targets
-        if setting.option("sleep"):
-            time.sleep(setting.option("sleep"))
 
 
 def toy_task(**changes):
@@ -110,10 +108,21 @@ def test_same_seed_same_quality_and_seeds_differ():
     assert a.quality == b.quality and a.quality != c.quality
 
 
-def test_time_budget_stops_on_time():
-    task = toy_task(budget=cs.Budget(seconds=0.3), evaluations=2)
-    run, _ = cs.train_run(task, cs.Setting().with_options(sleep=0.02), "cpu", CPU)
-    assert 0.3 <= run.seconds < 1.5 and len(run.curve) == 2
+def test_time_budget_stops_on_time(monkeypatch):
+    """On a clock of the test's own, which only the batches move (1/32 s each, exact in binary): the run must
+    stop at the batch that reaches the budget, exactly, however long the steps really take on a busy machine."""
+    clock = FakeClock()
+    monkeypatch.setattr(cs, "time", clock)
+
+    def slow_batches(setting, seed, epoch):
+        for batch in toy_batches(setting, seed, epoch):
+            clock.sleep(1 / 32)
+            yield batch
+
+    task = toy_task(budget=cs.Budget(seconds=0.25), evaluations=2, batches=slow_batches)
+    run, _ = cs.train_run(task, cs.Setting(), "cpu", CPU)
+    assert run.seconds == 0.25 and run.steps == 8  # 8 batches of 1/32 s, not one more
+    assert [seconds for _, seconds, _ in run.curve] == [0.125, 0.25]  # evaluated at half the budget and at its end
 
 
 def _table(rows, tolerance=0.05):
