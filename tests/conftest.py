@@ -2,7 +2,7 @@
 
 A test's outcome must not depend on what the shell that started pytest had set (STYLE.md, habit 16): each
 test starts without the variables that change the library's choices. A test that wants one sets it with
-``monkeypatch.setenv``. ``GPUFORMER_DATA`` (where the data sets are), ``GPUFORMER_REQUIRE_BROWSER`` (set by
+``monkeypatch.setenv``. ``GPUFORMER_DATA`` (where the data sets are), ``GPUFORMER_REQUIRE_BROWSER`` and ``GPUFORMER_REQUIRE_SANDBOX`` (set by
 ``.ci/run``) and ``GPUFORMER_SKIP_ONNX`` say what this machine has, not how the library behaves, and stay.
 """
 
