@@ -224,6 +224,20 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
     assert "calling the C library's mount() through ctypes" in recorded and any("c.txt" in r for r in recorded)
 
 
+def test_the_kernel_inherits_no_cache_or_setting_from_the_graders_process(tmp_path, monkeypatch):
+    """Before: once a test in the same process had compiled, torch had set TORCHINDUCTOR_CACHE_DIR=/tmp/...; the
+    graded kernel inherited it, and its first torch.compile wrote outside its work folder (refused)."""
+    for name, value in (("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_x"), ("TRITON_CACHE_DIR", "/tmp/t"),
+                        ("PYTHONSTARTUP", "/tmp/s.py"), ("PYTHONPATH", "/x"), ("GPUFORMER_PRESET", "big"),
+                        ("https_proxy", "http://p")):
+        monkeypatch.setenv(name, value)
+    env = grade._clean_env(tmp_path)
+    assert not {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONSTARTUP", "PYTHONPATH", "GPUFORMER_PRESET",
+                "https_proxy"} & set(env)
+    assert env["TMPDIR"] == str(tmp_path / "tmp") and env["HOME"] == str(tmp_path) and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and "PATH" in env
+
+
 def test_a_jailed_kernel_cannot_undo_its_read_only_file_system(tmp_path):
     """Below the audit hook: a shell in the kernel's place (as code below Python could start) tries to remount /
     and its job folder read-write and to write outside its work folder; the OS refuses all of it. Reading
@@ -863,11 +877,12 @@ def test_a_determined_students_notebook_changes_nothing_outside_its_job_folder_a
         f"open({w['core']!r}, 'a').write('# forged')",
         # 6b. below the hook for real: code that claims to be torch's compiler may start gcc, and gcc -wrapper runs
         # any program; here a shell script that remounts / read-write and writes everywhere: the OS refuses
-        "import os, torch._inductor\n"
+        "import importlib.util, os\n"
         "open('evil.sh', 'w').write('echo ran > ran.txt; mount -o remount,bind,rw / ; for p in '\n"
         "                           + ' '.join(EVERYWHERE)\n"
         "                           + '; do echo gotcha >> $p; done')\n"
-        "fake = os.path.join(os.path.dirname(torch._inductor.__file__), 'x.py')\n"
+        "torch = importlib.util.find_spec('torch').submodule_search_locations[0]  # found, not imported: quick\n"
+        "fake = os.path.join(torch, '_inductor', 'x.py')\n"
         "exec(compile(\"import subprocess; subprocess.run(['gcc', '-wrapper', 'sh,' + os.path.abspath('evil.sh'), "
         "'-x', 'c', '-c', '/dev/null', '-o', '/dev/null'])\", fake, 'exec'))",
         # 7. an endless loop, then a right answer: the run goes on
@@ -877,7 +892,7 @@ def test_a_determined_students_notebook_changes_nothing_outside_its_job_folder_a
     (subs / "mal").mkdir(parents=True)
     nbformat.write(notebook(cells), subs / "mal" / TINY)
     before = _fingerprint(watched)
-    results = grade.grade(subs, out, course, jobs=1, cell_timeout=20, notebook_timeout=240, progress=False)
+    results = grade.grade(subs, out, course, jobs=1, cell_timeout=30, notebook_timeout=300, progress=False)
     assert _fingerprint(watched) == before
     for name in ("home", "tmp", "parent", "repo"):
         assert not targets[name].exists(), f"the notebook wrote {targets[name]}"

@@ -359,9 +359,17 @@ def filesystem_lock_available(scratch: Path) -> bool:
         (scratch / f"{probe.name}-outside").unlink(missing_ok=True)
 
 
+_NOT_PASSED = ("GPUFORMER_", "JUPYTER", "IPYTHON", "MPL", "TORCHINDUCTOR_", "TRITON_", "TORCH_", "PYTORCH_", "CUDA_",
+               "PYTHON")
+"""Prefixes of the variables a graded kernel does not inherit: the course's and the tools' settings, and the
+caches and choices torch, Triton and CUDA read (torch itself sets ``TORCHINDUCTOR_CACHE_DIR`` in the grader's
+process once anything there compiled: the kernel would then use a cache outside its work folder)."""
+
+
 def _clean_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS
-           and not k.startswith(("GPUFORMER_", "JUPYTER", "IPYTHON", "MPL")) and k != "PYTHONPATH"}
+    """The kernel's environment: the grader's, without proxies and :data:`_NOT_PASSED`, with ``HOME``, the
+    temporary folder and every cache inside the work folder ``home``, on the CPU, one thread."""
+    env = {k: v for k, v in os.environ.items() if k.lower() not in _PROXY_VARS and not k.startswith(_NOT_PASSED)}
     if os.environ.get("GPUFORMER_CHECK_TIME_LIMIT"):
         env["GPUFORMER_CHECK_TIME_LIMIT"] = os.environ["GPUFORMER_CHECK_TIME_LIMIT"]
     from gpuformer_lib.data import data_dir
