@@ -892,7 +892,7 @@ def test_a_determined_students_notebook_changes_nothing_outside_its_job_folder_a
     (subs / "mal").mkdir(parents=True)
     nbformat.write(notebook(cells), subs / "mal" / TINY)
     before = _fingerprint(watched)
-    results = grade.grade(subs, out, course, jobs=1, cell_timeout=30, notebook_timeout=300, progress=False)
+    results = grade.grade(subs, out, course, jobs=1, cell_timeout=20, notebook_timeout=300, progress=False)
     assert _fingerprint(watched) == before
     for name in ("home", "tmp", "parent", "repo"):
         assert not targets[name].exists(), f"the notebook wrote {targets[name]}"
