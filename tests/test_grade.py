@@ -208,6 +208,12 @@ def test_the_sandbox_hook_refuses_what_it_should_and_allows_the_work_folder(tmp_
             "another clone's notebook": attempt(0, lambda: open({str(tmp_path / 'clone' / '03_x.ipynb')!r})),
             "a built book": attempt(0, lambda: open({str(tmp_path / '_build' / 'x.html')!r})),
             "the record of refusals": attempt(0, lambda: open({str(tmp_path / 'refusals.jsonl')!r}, "a")),
+            "erasing the record through its descriptor": attempt(0, lambda: os.ftruncate(next(
+                int(fd) for fd in os.listdir("/proc/self/fd")
+                if os.readlink("/proc/self/fd/" + fd) == {str(tmp_path / 'refusals.jsonl')!r}), 0)),
+            "writing after switching the module's refusal off": attempt(0, lambda: (
+                setattr(__import__("sitecustomize"), "_refuse", lambda what: None),
+                open({str(tmp_path / 'outside2.txt')!r}, "w"))),
         }}))
     """)
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -246,16 +252,31 @@ def test_a_jailed_kernel_cannot_undo_its_read_only_file_system(tmp_path):
     job = tmp_path / "job"
     (job / "work").mkdir(parents=True)
     outside = tmp_path / "out.txt"
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x6F00000 + os.getpid() % 0xFFFF  # a System V shared-memory segment of the host's
+    segment = libc.shmget(key, 4096, 0o1000 | 0o600)  # IPC_CREAT
+    assert segment >= 0, os.strerror(ctypes.get_errno())
     attempt = (f"mount -o remount,bind,rw /; mount -o remount,bind,rw {job}; echo x > {job}/work/in.txt; "
-               f"echo x > {outside}; echo x > {job}/record.json; cat {REPO_ROOT / 'README.md'} | head -1")
+               f"echo x > {outside}; echo x > {job}/record.json; cat {REPO_ROOT / 'README.md'} | head -1; "
+               # a host-wide setting, written back unchanged (harmless if it got through), and a proc of its own
+               "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern; "
+               "unshare --user --map-root-user --mount --pid --fork --mount-proc true || echo NO-PROC-OF-ITS-OWN; "
+               f"grep -c ' {key} ' /proc/sysvipc/shm || true")
     script = ("import subprocess, sys; from pathlib import Path; from gpuformer_lib.tools import fslock; "
               "job = Path(sys.argv[1]); fslock.enter_jail(job); "
               "sys.exit(subprocess.run(fslock.kernel_argv(job, [job / 'work'], ['sh', '-c', sys.argv[2]])).returncode)")
-    done = subprocess.run([*grade.NETNS, "--mount", sys.executable, "-c", script, str(job), attempt],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        done = subprocess.run([*grade.NETNS, "--mount", sys.executable, "-c", script, str(job), attempt],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    finally:
+        libc.shmctl(segment, 0, None)  # IPC_RMID
     assert (job / "work" / "in.txt").is_file(), done.stderr
     assert not outside.exists() and not (job / "record.json").exists()
-    assert done.stderr.count("Read-only file system") >= 1 and "permission denied" in done.stderr.lower()
+    assert done.stderr.count("Read-only file system") >= 2 and "permission denied" in done.stderr.lower()
+    assert "core_pattern: Read-only file system" in done.stderr, done.stderr
+    assert "NO-PROC-OF-ITS-OWN" in done.stdout and done.stdout.splitlines()[-1] == "0", done.stdout  # no host shm
     assert "gpuformer" not in done.stdout.lower()  # the README is not there
 
 
@@ -902,7 +923,7 @@ def test_a_determined_students_notebook_changes_nothing_outside_its_job_folder_a
     executed = (job / "executed.ipynb").read_text()
     assert secret not in executed  # no solution was read, by any route
     assert (job / "work" / "ran.txt").is_file()  # the shell script behind gcc ran, and the OS refused its writes:
-    assert "Read-only file system" in (job / "worker.log").read_text(errors="replace")
+    assert "Read-only file system" in (job / "work" / "kernel-output.log").read_text(errors="replace")
     record = json.loads((job / "run.json").read_text())
     assert record["filesystem"] == sandbox.JAILED
     refused = [r["what"] for r in record["refusals"]]

@@ -9,8 +9,9 @@ worker is root of a user namespace and may mount for itself alone. :func:`enter_
 tmpfs, bind-mounts into it, read-only, only what Python and the course need (:func:`allowlist`: the system's
 ``/usr``, ``/etc`` and ``/lib`` folders, the Python installation and virtual environment, the library
 ``gpuformer_lib`` and the data folder), the job folder read-write, a fresh ``/proc`` for the worker's own PID
-namespace, a ``/dev`` with ``null``, ``zero``, ``full``, ``random`` and ``urandom`` only, and private tmpfs
-``/tmp`` and ``/dev/shm``; then it moves the worker into that root (``pivot_root``) and drops the old one. What is
+namespace with its machine-wide parts read-only or covered (:data:`PROC_READ_ONLY`, :data:`PROC_HIDDEN`: a kernel
+mapped to the host's root must not write ``/proc/sys``), a ``/dev`` with ``null``, ``zero``, ``full``,
+``random`` and ``urandom`` only, and private tmpfs ``/tmp`` and ``/dev/shm``; then it moves the worker into that root (``pivot_root``) and drops the old one. What is
 not on the list does not exist for the notebook: the course's notebooks, ``_build`` (the solutions in
 ``html/_sources`` and ``jupyter_execute``), other clones, the home folder, other students' work.
 
@@ -125,6 +126,7 @@ def enter_jail(job_dir: Path, readable: list[str] | None = None) -> None:
     for folder in ("proc", "dev", "tmp", "sys", ".old"):
         os.makedirs(os.path.join(root, folder), exist_ok=True)
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's processes only
+    _mask_proc(root + "/proc")
     _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1g,mode=1777")
     _mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
     for name in DEVICES:
@@ -163,6 +165,24 @@ def enter_jail(job_dir: Path, readable: list[str] | None = None) -> None:
     os.chdir(job)
 
 
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "scsi")
+"""Parts of ``/proc`` that act on the whole machine, made read-only in the jail: a kernel mapped to the host's
+root (the grader run as root) could otherwise write host-wide settings (``/proc/sys/kernel/core_pattern`` runs a
+program as the host's root) or trigger ``sysrq``. Read-only covers over /proc also stop a nested namespace from
+mounting a ``proc`` of its own (the kernel refuses a proc mount that would reveal what these hide)."""
+PROC_HIDDEN = ("kcore", "keys", "timer_list", "kmsg", "kallsyms")
+"""Files of ``/proc`` covered by ``/dev/null``: the host's memory image, keys, timers and kernel log."""
+
+
+def _mask_proc(proc: str) -> None:
+    for name in PROC_READ_ONLY:
+        if os.path.exists(f"{proc}/{name}"):
+            _bind(f"{proc}/{name}", f"{proc}/{name}")
+    for name in PROC_HIDDEN:
+        if os.path.exists(f"{proc}/{name}"):
+            _mount("/dev/null", f"{proc}/{name}", None, MS_BIND)
+
+
 def _make_mount_point(source: str, target: str) -> None:
     if os.path.lexists(target):
         return
@@ -173,13 +193,16 @@ def _make_mount_point(source: str, target: str) -> None:
         Path(target).touch()
 
 
-def kernel_argv(job_dir: Path, writable: list[Path], command: list[str]) -> list[str]:
+def kernel_argv(job_dir: Path, writable: list[Path], command: list[str], output: Path | None = None) -> list[str]:
     """The command that starts the graded kernel inside the jail: a mount namespace of the worker's in which
     ``job_dir`` is read-only but for ``writable`` (the work folder and the logs), then a nested user namespace
-    with its own mount namespace, where every mount is locked (see the module docstring), then ``command``."""
+    with its own mount namespace, where every mount is locked (see the module docstring), then ``command``, its
+    standard output and error appended to ``output`` (one of ``writable``'s files or inside one of its folders;
+    default: inherited), so that it holds no descriptor on the worker's own log."""
     binds = " && ".join(f"mount --bind {_quote(w)} {_quote(w)}" for w in map(os.path.realpath, writable))
+    into = f" >>{_quote(str(output))} 2>&1" if output is not None else ""
     script = (f"{binds} && mount -o remount,bind,ro,nosuid,nodev {_quote(os.path.realpath(job_dir))} && "
-              'cd -- "$PWD" && exec unshare --user --map-root-user --mount -- "$@"')  # cd: onto the new mounts
+              f'cd -- "$PWD" && exec unshare --user --map-root-user --mount -- "$@"{into}')  # cd: onto the new mounts
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", *command]
 
 
@@ -203,6 +226,7 @@ def _probe(folder: Path) -> int:
     attempt = (f"mount -o remount,bind,rw / 2>/dev/null; mount -o remount,bind,rw {_quote(str(folder))} "
                f"2>/dev/null; echo x > {_quote(str(inside))}; echo x > {_quote(str(outside))} 2>/dev/null; "
                f"echo x > {_quote(str(folder / 'job-file'))} 2>/dev/null; "
+               "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern 2>/dev/null && echo SYSCTL-WRITTEN; "
                f"cat {_quote(str(readme))} >/dev/null 2>&1 && echo README-READ; true")
     done = subprocess.run(kernel_argv(folder, [folder / "work"], ["sh", "-c", attempt]), capture_output=True,
                           text=True, timeout=60)
@@ -211,6 +235,8 @@ def _probe(folder: Path) -> int:
         problems.append(f"the kernel's command failed or could not write its work folder: {done.stderr.strip()}")
     if (folder / "job-file").exists():  # the caller checks ``outside`` from outside (here it is a private /tmp)
         problems.append("a write to the job folder outside the work folder was not refused")
+    if "SYSCTL-WRITTEN" in done.stdout:
+        problems.append("a host-wide setting in /proc/sys was writable")
     if "README-READ" in done.stdout:
         problems.append(f"{readme}, outside the allowlist, was readable")
     for problem in problems:

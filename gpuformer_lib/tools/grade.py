@@ -107,7 +107,9 @@ MAX_SUBMISSION_BYTES = 50_000_000
 MARKER = ".gpuformer_grades"
 """File that marks a folder as one ``make grade`` wrote (and may replace)."""
 
-NETNS = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"]
+NETNS = ["unshare", "--user", "--map-root-user", "--net", "--ipc", "--uts", "--pid", "--fork", "--kill-child"]
+"""The worker's namespaces: its own user, network (loopback only), System V IPC (no shared memory with the
+host), host name and PID namespaces; ``--mount`` is added where the jail can be built."""
 _PROXY_VARS = ("http_proxy", "https_proxy", "ftp_proxy", "all_proxy", "no_proxy")
 
 

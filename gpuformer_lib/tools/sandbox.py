@@ -3,9 +3,9 @@
     python -m gpuformer_lib.tools.sandbox JOB.json      # started by gpuformer_lib.tools.grade, one per notebook
 
 :mod:`gpuformer_lib.tools.grade` copies the notebook into a fresh work folder, writes ``JOB.json`` and starts
-this module, inside ``unshare --user --map-root-user --net --pid --fork --kill-child --mount`` where the system
-allows it (a network namespace with nothing but loopback, a PID namespace whose processes all die with it, and
-a mount namespace). There the worker first moves into a root of its own
+this module, inside ``unshare --user --map-root-user --net --ipc --uts --pid --fork --kill-child --mount`` where
+the system allows it (a network namespace with nothing but loopback, System V IPC and a host name of its own, a
+PID namespace whose processes all die with it, and a mount namespace). There the worker first moves into a root of its own
 (:func:`gpuformer_lib.tools.fslock.enter_jail`: only an allowlist of paths, read-only, and the job folder) and
 starts the kernel one user namespace further in (:func:`gpuformer_lib.tools.fslock.kernel_argv`), where the
 job folder is read-only but for the work folder and the two logs, and no mount can be undone: **the real
@@ -20,8 +20,9 @@ memory nor the executed notebook.
 
 The kernel starts with a ``sitecustomize.py`` (written by :func:`sitecustomize_source`) that installs a Python
 audit hook before any of the learner's code runs, in the kernel and in every Python process it starts. It
-refuses, and appends to the refusals log (``refusals.jsonl``, opened before the hook and closed to any later
-open): opening a file for writing, renaming, deleting, linking or changing the mode of anything outside the
+refuses, and appends to the refusals log (``refusals.jsonl``, opened before the hook; any later open of it, and
+truncating its descriptor, is refused; the hook keeps its settings in closures, not in the ``sitecustomize``
+module, so reassigning the module's names changes nothing it uses): opening a file for writing, renaming, deleting, linking or changing the mode of anything outside the
 work folder; reading notebooks outside the work folder, anything in a ``_build`` folder, and the repository, the
 course folder, the submissions and the grades folders (but the library, the environment and the data);
 opening the grading log except from code whose file name is ``gpuformer_lib/exercises/_core.py``; network
@@ -34,7 +35,9 @@ in ``torch/_inductor``, ``torch/utils/cpp_extension.py`` or ``triton/``), and ``
 ``os.system``, ``sh -c``) is always refused, so ``torch.utils.collect_env.run('echo x > outside')`` is refused
 too.
 
-What the hook does not stop: code that claims a torch or ``_core.py`` file name (``compile(src, ".../torch/
+What the hook does not stop: code that reaches its closures through the garbage collector (``gc.get_objects``)
+and rewrites them, after which refusals go unrecorded (the operating system's boundary stands regardless); code
+that claims a torch or ``_core.py`` file name (``compile(src, ".../torch/
 _inductor/x.py", "exec")``) and so starts a listed compiler or opens the log; what a compiler it lets through
 does (``gcc -wrapper`` runs any program); code below Python that does not look functions up by name; reading
 files on the allowlist; using memory and CPU. In the jail the OS refuses all of that's writes and reads
@@ -84,187 +87,199 @@ PROBE_TIMEOUT_S = 15
 _TEMPLATE = r'''# Written by gpuformer_lib.tools.sandbox for one graded notebook: see that module's docstring.
 import os as _os, sys as _sys
 
-_WORK = {work!r}
-_HIDDEN = {hidden!r}
-_READABLE_IN_HIDDEN = {readable_in_hidden!r}
-_LOG = {log!r}
-_REFUSALS = {refusals!r}
-_SITE = _os.path.dirname(_os.path.realpath(__file__))  # a child Python must keep it on PYTHONPATH
-_CORE = {core!r}
-_PYTHONS = {pythons!r}
-_WRITABLE = (_WORK, "/dev/null", "/dev/shm")
-_LOW_LEVEL = {low_level!r}
-_ISOLATING_FLAGS = set("SIE")  # python -S, -I, -E: a child that would start without this hook
-_COMPILER_CALLERS = {callers!r}
-_COMPILER_PROGRAMS = {programs!r}
-_INFO_PROGRAMS = ("uname", "fc-list")  # platform.uname() and matplotlib's font cache ask them; they only read
-_SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env")
-_LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
-_WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_TRUNC", 0)
+
+def _install():
+    # Everything below lives in this function's scope, not in the module: the hook reads its settings and
+    # its record's descriptor from closures, so `import sitecustomize; sitecustomize._refuse = ...` changes
+    # nothing it uses.
+
+    _WORK = {work!r}
+    _HIDDEN = {hidden!r}
+    _READABLE_IN_HIDDEN = {readable_in_hidden!r}
+    _LOG = {log!r}
+    _REFUSALS = {refusals!r}
+    _SITE = _os.path.dirname(_os.path.realpath(__file__))  # a child Python must keep it on PYTHONPATH
+    _CORE = {core!r}
+    _PYTHONS = {pythons!r}
+    _WRITABLE = (_WORK, "/dev/null", "/dev/shm")
+    _LOW_LEVEL = {low_level!r}
+    _ISOLATING_FLAGS = set("SIE")  # python -S, -I, -E: a child that would start without this hook
+    _COMPILER_CALLERS = {callers!r}
+    _COMPILER_PROGRAMS = {programs!r}
+    _INFO_PROGRAMS = ("uname", "fc-list")  # platform.uname() and matplotlib's font cache ask them; they only read
+    _SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "csh", "tcsh", "fish", "busybox", "env")
+    _LOCAL = ("localhost", "127.0.0.1", "::1", "", None)
+    _WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_APPEND | _os.O_CREAT | getattr(_os, "O_TRUNC", 0)
 
 
-def _real(path):
-    return _os.path.realpath(_os.fsdecode(path))
+    def _real(path):
+        return _os.path.realpath(_os.fsdecode(path))
 
 
-def _inside(path, roots):
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+    def _inside(path, roots):
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
-try:  # opened before the hook is installed; the hook refuses any later open of it
-    _REFUSALS_FD = _os.open(_REFUSALS, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT | _os.O_CLOEXEC, 0o644)
-except OSError:
-    _REFUSALS_FD = None
+    try:  # opened before the hook is installed; the hook refuses any later open of it
+        _REFUSALS_FD = _os.open(_REFUSALS, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT | _os.O_CLOEXEC, 0o644)
+    except OSError:
+        _REFUSALS_FD = None
 
 
-def _refuse(what):
-    if _REFUSALS_FD is not None:  # reported to the instructor (grades.csv, feedback), then refused
-        import json
-        try:
-            _os.write(_REFUSALS_FD, (json.dumps({{"what": what[:300], "pid": _os.getpid()}}) + "\n").encode())
-        except (OSError, ValueError):
-            pass
-    raise PermissionError(f"graded run: {{what}} is not allowed here (the notebook runs in a sandbox that keeps "
-                          f"its writes inside its work folder {{_WORK}} and has no network)")
+    def _refuse(what):
+        if _REFUSALS_FD is not None:  # reported to the instructor (grades.csv, feedback), then refused
+            import json
+            try:
+                _os.write(_REFUSALS_FD, (json.dumps({{"what": what[:300], "pid": _os.getpid()}}) + "\n").encode())
+            except (OSError, ValueError):
+                pass
+        raise PermissionError(f"graded run: {{what}} is not allowed here (the notebook runs in a sandbox that keeps "
+                              f"its writes inside its work folder {{_WORK}} and has no network)")
 
 
-def _check_write(path, what):
-    if isinstance(path, int):
-        return
-    real = _real(path)
-    if not _inside(real, _WRITABLE):
-        _refuse(f"{{what}} {{real}}")
-
-
-def _is_python(executable):
-    if executable is None:
-        return False
-    name = _os.fsdecode(executable)
-    if "/" not in name:
-        import shutil
-        name = shutil.which(name) or name
-    return _real(name) in _PYTHONS
-
-
-def _from_compiler_stack():
-    """Whether torch's compiler or Triton is asking (torch.compile runs a C++ compiler, and openssl, for its
-    kernels): a caller frame in torch/_inductor, torch/utils/cpp_extension.py or triton/."""
-    frame = _sys._getframe(2)
-    while frame is not None:
-        if _inside(_real(frame.f_code.co_filename), _COMPILER_CALLERS):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _basename(executable):
-    return _os.path.basename(_os.fsdecode(executable)) if executable is not None else ""
-
-
-def _hookless_python(argv, env):
-    """Why a Python child would start without this hook (``-S``, ``-I``, ``-E``, or an environment without
-    this folder on ``PYTHONPATH``); None if it would have it."""
-    args = list(argv[1:]) if isinstance(argv, (list, tuple)) else []
-    while args:  # the interpreter's options, up to the script, -c or -m
-        arg = _os.fsdecode(args.pop(0)) if isinstance(args[0], (str, bytes)) else ""
-        if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
-            break
-        flags = arg[1:]
-        for i, flag in enumerate(flags):
-            if flag in _ISOLATING_FLAGS:
-                return f"python -{{flag}}"
-            if flag in "cmWX":  # the rest of the word, or the next word, is this option's argument
-                if flag in "WX" and i == len(flags) - 1 and args:
-                    args.pop(0)
-                break
-        if flags and flags[0] in "cm" or any(f in "cm" for f in flags.split("W")[0].split("X")[0]):
-            break
-    if env is not None:
-        paths = str(env.get("PYTHONPATH", env.get(b"PYTHONPATH", b"").decode(errors="replace"))).split(":")
-        if _SITE not in [_os.path.realpath(p) for p in paths if p]:
-            return "a Python without the sandbox's PYTHONPATH"
-    return None
-
-
-def _allowed_program(executable, argv=None, env=None):
-    """Python (with this hook); or a compiler on the list, started by torch's compiler or Triton. Never a shell."""
-    name = _basename(executable)
-    if name in _SHELLS or (isinstance(argv, (list, tuple)) and len(argv) > 1 and argv[1] == "-c"
-                           and _basename(argv[0]) in _SHELLS):
-        return False
-    if name in _INFO_PROGRAMS:
-        return True
-    if _is_python(executable):
-        hookless = _hookless_python(argv, env)
-        if hookless:
-            _refuse(f"starting {{hookless}} (a child that would run without the sandbox's checks)")
-        return True
-    import re
-    compiler = re.fullmatch(r"(?:[\w]+-linux-gnu-)?(?:" + "|".join(map(re.escape, _COMPILER_PROGRAMS))
-                            + r")(?:-[\d.]+)?", name)
-    return bool(compiler) and _from_compiler_stack()
-
-
-def _hook(event, args):
-    if event == "open":
-        path, mode, flags = args
-        if isinstance(path, int) or path is None:
+    def _check_write(path, what):
+        if isinstance(path, int):
+            if _REFUSALS_FD is not None and path == _REFUSALS_FD:
+                _refuse(f"{{what}} of the sandbox's record of refusals")
             return
         real = _real(path)
-        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & _WRITE_FLAGS)
-        if real == _LOG:
-            caller = _sys._getframe(1).f_code.co_filename
-            if not (writing and _real(caller) == _CORE):
-                _refuse(f"opening the grading log {{real}}")
-            return
-        if real == _REFUSALS:
-            _refuse(f"opening the sandbox's record of refusals {{real}}")
-        if writing and not _inside(real, _WRITABLE):
-            _refuse(f"writing {{real}}")
-        if not _inside(real, (_WORK, _SITE)) and (
-                (_inside(real, _HIDDEN) and not _inside(real, _READABLE_IN_HIDDEN)) or real.endswith(".ipynb")
-                or "/_build/" in real):
-            _refuse(f"reading {{real}} (the course's notebooks, their builds and other learners' work are "
-                    "not readable here)")
-    elif event == "ctypes.dlsym":
-        name = args[1] if len(args) > 1 else None
-        name = name.decode(errors="replace") if isinstance(name, bytes) else name
-        if isinstance(name, str) and name in _LOW_LEVEL:
-            _refuse(f"calling the C library's {{name}}() through ctypes")
-    elif event in ("os.rename", "os.replace", "os.link", "os.symlink"):
-        _check_write(args[1], event.split(".")[1])
-        if event != "os.symlink":
+        if not _inside(real, _WRITABLE):
+            _refuse(f"{{what}} {{real}}")
+
+
+    def _is_python(executable):
+        if executable is None:
+            return False
+        name = _os.fsdecode(executable)
+        if "/" not in name:
+            import shutil
+            name = shutil.which(name) or name
+        return _real(name) in _PYTHONS
+
+
+    def _from_compiler_stack():
+        """Whether torch's compiler or Triton is asking (torch.compile runs a C++ compiler, and openssl, for its
+        kernels): a caller frame in torch/_inductor, torch/utils/cpp_extension.py or triton/."""
+        frame = _sys._getframe(2)
+        while frame is not None:
+            if _inside(_real(frame.f_code.co_filename), _COMPILER_CALLERS):
+                return True
+            frame = frame.f_back
+        return False
+
+
+    def _basename(executable):
+        return _os.path.basename(_os.fsdecode(executable)) if executable is not None else ""
+
+
+    def _hookless_python(argv, env):
+        """Why a Python child would start without this hook (``-S``, ``-I``, ``-E``, or an environment without
+        this folder on ``PYTHONPATH``); None if it would have it."""
+        args = list(argv[1:]) if isinstance(argv, (list, tuple)) else []
+        while args:  # the interpreter's options, up to the script, -c or -m
+            arg = _os.fsdecode(args.pop(0)) if isinstance(args[0], (str, bytes)) else ""
+            if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
+                break
+            flags = arg[1:]
+            for i, flag in enumerate(flags):
+                if flag in _ISOLATING_FLAGS:
+                    return f"python -{{flag}}"
+                if flag in "cmWX":  # the rest of the word, or the next word, is this option's argument
+                    if flag in "WX" and i == len(flags) - 1 and args:
+                        args.pop(0)
+                    break
+            if flags and flags[0] in "cm" or any(f in "cm" for f in flags.split("W")[0].split("X")[0]):
+                break
+        if env is not None:
+            paths = str(env.get("PYTHONPATH", env.get(b"PYTHONPATH", b"").decode(errors="replace"))).split(":")
+            if _SITE not in [_os.path.realpath(p) for p in paths if p]:
+                return "a Python without the sandbox's PYTHONPATH"
+        return None
+
+
+    def _allowed_program(executable, argv=None, env=None):
+        """Python (with this hook); or a compiler on the list, started by torch's compiler or Triton. Never a shell."""
+        name = _basename(executable)
+        if name in _SHELLS or (isinstance(argv, (list, tuple)) and len(argv) > 1 and argv[1] == "-c"
+                               and _basename(argv[0]) in _SHELLS):
+            return False
+        if name in _INFO_PROGRAMS:
+            return True
+        if _is_python(executable):
+            hookless = _hookless_python(argv, env)
+            if hookless:
+                _refuse(f"starting {{hookless}} (a child that would run without the sandbox's checks)")
+            return True
+        import re
+        compiler = re.fullmatch(r"(?:[\w]+-linux-gnu-)?(?:" + "|".join(map(re.escape, _COMPILER_PROGRAMS))
+                                + r")(?:-[\d.]+)?", name)
+        return bool(compiler) and _from_compiler_stack()
+
+
+    def _hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int) or path is None:
+                return
+            real = _real(path)
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if real == _LOG:
+                caller = _sys._getframe(1).f_code.co_filename
+                if not (writing and _real(caller) == _CORE):
+                    _refuse(f"opening the grading log {{real}}")
+                return
+            if real == _REFUSALS:
+                _refuse(f"opening the sandbox's record of refusals {{real}}")
+            if writing and not _inside(real, _WRITABLE):
+                _refuse(f"writing {{real}}")
+            if not _inside(real, (_WORK, _SITE)) and (
+                    (_inside(real, _HIDDEN) and not _inside(real, _READABLE_IN_HIDDEN)) or real.endswith(".ipynb")
+                    or "/_build/" in real):
+                _refuse(f"reading {{real}} (the course's notebooks, their builds and other learners' work are "
+                        "not readable here)")
+        elif event == "ctypes.dlsym":
+            name = args[1] if len(args) > 1 else None
+            name = name.decode(errors="replace") if isinstance(name, bytes) else name
+            if isinstance(name, str) and name in _LOW_LEVEL:
+                _refuse(f"calling the C library's {{name}}() through ctypes")
+        elif event in ("os.rename", "os.replace", "os.link", "os.symlink"):
+            _check_write(args[1], event.split(".")[1])
+            if event != "os.symlink":
+                _check_write(args[0], event.split(".")[1])
+        elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime",
+                       "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr", "shutil.rmtree"):
             _check_write(args[0], event.split(".")[1])
-    elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime",
-                   "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr", "shutil.rmtree"):
-        _check_write(args[0], event.split(".")[1])
-    elif event in ("socket.connect", "socket.sendto", "socket.bind"):
-        address = args[1]
-        if isinstance(address, tuple) and address and not (
-                str(address[0]) in _LOCAL or str(address[0]).startswith("127.")):
-            _refuse(f"the network ({{event}} to {{address[0]}})")
-    elif event == "socket.getaddrinfo":
-        host = args[0]
-        host = host.decode() if isinstance(host, bytes) else host
-        if not (host in _LOCAL or str(host).startswith("127.")):
-            _refuse(f"the network (looking up {{host}})")
-    elif event == "subprocess.Popen":
-        executable, argv = args[0], args[1]
-        program = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
-        if not _allowed_program(program, argv, args[3] if len(args) > 3 else None):
-            _refuse(f"starting the program {{program}} (only Python, and a compiler started by torch.compile)")
-    elif event in ("os.exec", "os.posix_spawn"):
-        if not _allowed_program(args[0], args[1], args[2] if len(args) > 2 else None):
-            _refuse(f"starting the program {{args[0]}} (only Python, and a compiler started by torch.compile)")
-    elif event == "os.spawn":
-        if not _allowed_program(args[1], args[2], args[3] if len(args) > 3 else None):
-            _refuse(f"starting the program {{args[1]}} (only Python, and a compiler started by torch.compile)")
-    elif event in ("os.system", "pty.spawn", "os.startfile"):
-        _refuse(f"{{event}}")
+        elif event in ("socket.connect", "socket.sendto", "socket.bind"):
+            address = args[1]
+            if isinstance(address, tuple) and address and not (
+                    str(address[0]) in _LOCAL or str(address[0]).startswith("127.")):
+                _refuse(f"the network ({{event}} to {{address[0]}})")
+        elif event == "socket.getaddrinfo":
+            host = args[0]
+            host = host.decode() if isinstance(host, bytes) else host
+            if not (host in _LOCAL or str(host).startswith("127.")):
+                _refuse(f"the network (looking up {{host}})")
+        elif event == "subprocess.Popen":
+            executable, argv = args[0], args[1]
+            program = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
+            if not _allowed_program(program, argv, args[3] if len(args) > 3 else None):
+                _refuse(f"starting the program {{program}} (only Python, and a compiler started by torch.compile)")
+        elif event in ("os.exec", "os.posix_spawn"):
+            if not _allowed_program(args[0], args[1], args[2] if len(args) > 2 else None):
+                _refuse(f"starting the program {{args[0]}} (only Python, and a compiler started by torch.compile)")
+        elif event == "os.spawn":
+            if not _allowed_program(args[1], args[2], args[3] if len(args) > 3 else None):
+                _refuse(f"starting the program {{args[1]}} (only Python, and a compiler started by torch.compile)")
+        elif event in ("os.system", "pty.spawn", "os.startfile"):
+            _refuse(f"{{event}}")
 
 
-_sys.addaudithook(_hook)
+    _sys.addaudithook(_hook)
+
+
+_install()
+del _install
 '''
 
 
@@ -493,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         spec = job_dir / "jupyter" / "kernels" / GRADED_KERNEL
         spec.mkdir(parents=True, exist_ok=True)
-        _write_json(spec / "kernel.json", {"argv": fslock.kernel_argv(job_dir, writable, command),
+        output = Path(job["work"]) / "kernel-output.log"  # what the kernel and its programs print outside cells
+        _write_json(spec / "kernel.json", {"argv": fslock.kernel_argv(job_dir, writable, command, output),
                                            "display_name": "graded notebook", "language": "python",
                                            "interrupt_mode": "signal", "metadata": {"debugger": False}})
         os.environ["JUPYTER_PATH"] = str(job_dir / "jupyter")
