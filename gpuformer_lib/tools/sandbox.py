@@ -180,15 +180,16 @@ def _install():
             arg = _os.fsdecode(args.pop(0)) if isinstance(args[0], (str, bytes)) else ""
             if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
                 break
-            flags = arg[1:]
+            flags, taking = arg[1:], None
             for i, flag in enumerate(flags):
                 if flag in _ISOLATING_FLAGS:
                     return f"python -{{flag}}"
                 if flag in "cmWX":  # the rest of the word, or the next word, is this option's argument
+                    taking = flag
                     if flag in "WX" and i == len(flags) - 1 and args:
                         args.pop(0)
                     break
-            if flags and flags[0] in "cm" or any(f in "cm" for f in flags.split("W")[0].split("X")[0]):
+            if taking in ("c", "m"):  # what follows is the code or the module, not options
                 break
         if env is not None:
             paths = str(env.get("PYTHONPATH", env.get(b"PYTHONPATH", b"").decode(errors="replace"))).split(":")
