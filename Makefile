@@ -26,7 +26,7 @@ export GPUFORMER_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/dat
 
 # Two notebooks at a time (each kernel on one thread): on 2 cores the whole run stays under 20 minutes.
 JOBS       ?= 2
-REHEARSALS ?= t4 h100-80gb
+REHEARSALS ?= t4 h100-80gb 8xh100
 ifeq ($(JOBS),1)
 PYTEST     := $(PY) -m pytest -p no:cacheprovider
 else
@@ -55,23 +55,19 @@ test: $(STAMP)
 	$(PYTEST) -n $(JOBS) --dist loadfile
 	$(MAKE) --no-print-directory rehearse
 
-# The same notebook cells under each rehearsed GPU profile (see gpuformer_lib/profiles.py). The 8xh100 profile
-# (chapters 11 and 12, whose 8 processes run one after another in one pytest) runs beside the last profile's
-# session: the two share the cores, with no wait for the slowest notebook at either's end. Its output follows.
-EIGHT_GPU_CHAPTERS := notebooks/11_data_parallel.ipynb notebooks/12_model_parallel.ipynb
+# The same notebook cells under each rehearsed GPU profile (see gpuformer_lib/profiles.py), one profile after
+# another. Each rehearsal notes which fields of the profile every notebook read; a later profile rehearses only
+# the notebooks that read, under an earlier one, a field the two profiles set differently (the others would run
+# the same code on the same values again): see gpuformer_lib/tools/rehearsal_plan.py, which says why for each.
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 rehearse: $(STAMP)
-	@eight=$$(mktemp); pid=; \
+	@reads=$$(mktemp -d); trap 'rm -rf "$$reads"' EXIT; \
 	for profile in $(REHEARSALS); do \
-	  if [ "$$profile" = "$(lastword $(REHEARSALS))" ]; then \
-	    echo "== rehearsing the $$profile profile on the CPU, and the 8xh100 profile (chapters 11 and 12) beside it @$$(date +%s)"; \
-	    GPUFORMER_REHEARSE=8xh100 $(PYTEST) -q $(EIGHT_GPU_CHAPTERS) >"$$eight" 2>&1 & pid=$$!; \
-	  else \
-	    echo "== rehearsing the $$profile profile on the CPU @$$(date +%s)"; \
-	  fi; \
-	  GPUFORMER_REHEARSE=$$profile $(PYTEST) -n $(JOBS) --dist loadfile -q notebooks || { [ -z "$$pid" ] || kill $$pid; exit 1; }; \
-	done; \
-	status=0; [ -z "$$pid" ] || wait $$pid || status=$$?; \
-	echo "-- the 8xh100 profile (chapters 11 and 12):"; cat "$$eight"; rm -f "$$eight"; exit $$status
+	  echo "== rehearsing the $$profile profile on the CPU @$$(date +%s)"; \
+	  books=$$($(PY) -m gpuformer_lib.tools.rehearsal_plan "$$reads" --profile $$profile $(NOTEBOOKS)) || exit 1; \
+	  [ -z "$$books" ] || GPUFORMER_REHEARSE=$$profile GPUFORMER_PROFILE_READS="$$reads/$$profile" \
+	    $(PYTEST) -n $(JOBS) --dist loadfile -q $$books || exit 1; \
+	done
 	@echo "== rehearsals done @$$(date +%s)"
 
 gpu-check: $(STAMP)

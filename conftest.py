@@ -60,6 +60,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     items[:] = [item for path in sorted(files, key=longest_first) for item in files[path]]
 
 
+# Rehearsal reads (``make rehearse``): with $GPUFORMER_PROFILE_READS naming a folder, each notebook's kernel, and
+# the processes it starts, note the rehearsed profile's fields they read in a folder of the notebook's own,
+# <folder>/<notebook stem>/ (see gpuformer_lib.profiles.PROFILE_READS_ENV). The variable is set for the kernel
+# before nbval starts it, in the setup of the notebook's first cell.
+_PROFILE_READS_ENV = "GPUFORMER_PROFILE_READS"
+_reads_root = os.environ.get(_PROFILE_READS_ENV)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    path = item.nodeid.split("::", 1)[0]
+    if _reads_root and path.endswith(".ipynb"):
+        os.environ[_PROFILE_READS_ENV] = os.path.join(_reads_root, os.path.splitext(os.path.basename(path))[0])
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::", 1)[0]
     if path.endswith(".ipynb"):

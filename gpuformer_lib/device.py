@@ -311,12 +311,13 @@ def choose_preset(device: str | torch.device | None = None, name: str | None = N
 
 def run_header(device: str | torch.device | None = None, preset: SizePreset | None = None) -> str:
     """The lines every notebook opens with: what it runs on and which size preset it chose."""
-    from gpuformer_lib.profiles import current_profile
+    from gpuformer_lib.profiles import current_profile, display_only
 
     device = pick_device(device)
     preset = preset or choose_preset(device)
     profile = current_profile(device)
-    return f"{hardware_summary(device)}\nprofile: {profile.describe()}\n{preset}"
+    with display_only():  # text for the reader: no choice is made from it
+        return f"{hardware_summary(device)}\nprofile: {profile.describe()}\n{preset}"
 
 
 # --------------------------------------------------------------------------- seeding

@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from gpuformer_lib.profiles import PROFILES, rehearsal_name
+from gpuformer_lib.profiles import rehearsed_profile
 
 
 def _target(device: torch.device | str | int | None) -> tuple[torch.device, bool]:
@@ -33,16 +33,16 @@ def _target(device: torch.device | str | int | None) -> tuple[torch.device, bool
     if isinstance(device, int):
         device = torch.device("cuda", device)
     device = torch.device(device) if device is not None else None
-    name = rehearsal_name()
+    rehearsed = rehearsed_profile()
     if device is not None and device.type == "cuda":
-        if name is not None and not torch.cuda.is_available():  # rehearsing a GPU index on a CPU machine
-            count = PROFILES[name].gpu_count
+        if rehearsed is not None and not torch.cuda.is_available():  # rehearsing a GPU index on a CPU machine
+            count = rehearsed.gpu_count
             if (device.index or 0) >= count:
-                raise ValueError(f"cuda:{device.index} does not exist on the rehearsed '{name}' profile "
+                raise ValueError(f"cuda:{device.index} does not exist on the rehearsed '{rehearsed.name}' profile "
                                  f"({count} GPU(s))")
             return device, False
         return device, True
-    if name is not None and PROFILES[name].kind == "cuda" and (device is None or device.type == "cpu"):
+    if rehearsed is not None and rehearsed.on_gpu and (device is None or device.type == "cpu"):
         return torch.device("cpu"), False
     raise ValueError(f"{device} is not a CUDA device: this call needs a GPU (or a rehearsed GPU profile, "
                      "GPUFORMER_REHEARSE=t4). Guard it with `if profile.on_gpu:`.")
@@ -97,7 +97,7 @@ def total_memory(device: torch.device | str | int | None = None) -> int:
     device, real = _target(device)
     if real:
         return torch.cuda.get_device_properties(device).total_memory
-    return int(PROFILES[rehearsal_name()].memory_gib * 2**30)
+    return int(rehearsed_profile().memory_gib * 2**30)
 
 
 def mem_get_info(device: torch.device | str | int | None = None) -> tuple[int, int]:
@@ -123,7 +123,7 @@ def device_properties(device: torch.device | str | int | None = None) -> dict[st
         props = torch.cuda.get_device_properties(device)
         found = {name: getattr(props, name, None) for name in DEVICE_PROPERTY_NAMES}
         return {name: value for name, value in found.items() if value is not None}
-    return {"name": PROFILES[rehearsal_name()].gpu_name, "total_memory": total_memory(device)}
+    return {"name": rehearsed_profile().gpu_name, "total_memory": total_memory(device)}
 
 
 @contextlib.contextmanager

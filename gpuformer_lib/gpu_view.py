@@ -158,11 +158,12 @@ class ViewRow:
 def device_label() -> str:
     """The device that ran this page, as a measured row names it; a rehearsal says it is a CPU's number."""
     from gpuformer_lib.device import hardware_summary
-    from gpuformer_lib.profiles import current_profile
+    from gpuformer_lib.profiles import current_profile, display_only
 
     profile = current_profile()
     if profile.rehearsal:
-        return f"this page's CPU (rehearsing {profile.name}: not a GPU's number)"
+        with display_only():  # a label: no choice is made from the profile's name
+            return f"this page's CPU (rehearsing {profile.name}: not a GPU's number)"
     summary = hardware_summary()
     if summary.gpu_name is not None:
         return summary.gpu_name

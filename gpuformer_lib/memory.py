@@ -35,7 +35,7 @@ from torch import nn
 
 from gpuformer_lib._checks import require_bools
 from gpuformer_lib import gpu
-from gpuformer_lib.profiles import DeviceProfile, rehearsal_name
+from gpuformer_lib.profiles import DeviceProfile, rehearsed_profile
 
 # bytes of optimizer state per parameter, for states kept in float32
 _OPTIMIZER_STATE_BYTES = {"sgd": 0, "sgd_momentum": 4, "adam": 8, "adamw": 8}
@@ -257,7 +257,7 @@ def measure_peak_memory(fn: Callable[[], object], device: torch.device | str = "
     Through :mod:`gpuformer_lib.gpu`, so under a rehearsed GPU profile it runs ``fn`` on the CPU and
     returns the stand-ins' 0 bytes."""
     device = torch.device(device)
-    if (device.type != "cuda" or not torch.cuda.is_available()) and rehearsal_name() is None:
+    if (device.type != "cuda" or not torch.cuda.is_available()) and rehearsed_profile() is None:
         raise ValueError("peak memory is measured with the CUDA allocator; on a CPU use the calculator "
                          "(training_memory) or model_state_bytes")
     gpu.synchronize(device)

@@ -23,8 +23,10 @@ bfloat16 and float16, listed as ``flash`` (``math`` remains the fallback).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 
 import torch
 
@@ -103,6 +105,10 @@ class DeviceProfile:
 
     def describe(self) -> str:
         """One line for a notebook's header."""
+        with display_only():
+            return self._describe()
+
+    def _describe(self) -> str:
         if not self.on_gpu:
             text = f"{self.kind}: bf16 {'native' if self.bf16 else 'not native'}"
         else:
@@ -147,8 +153,72 @@ PROFILES: dict[str, DeviceProfile] = {
 """Named profiles that CI rehearses and tests every choice under."""
 
 
-def rehearsal_name() -> str | None:
-    """The profile named by ``$GPUFORMER_REHEARSE``, or None when not rehearsing."""
+# --------------------------------------------------------------------------- which fields a rehearsal reads
+
+PROFILE_READS_ENV = "GPUFORMER_PROFILE_READS"
+"""A folder: under rehearsal, each process appends to ``<folder>/<pid>.txt`` the name of every field of the
+rehearsed profile it reads (once each). ``make rehearse`` records the first profile's reads per notebook and
+rehearses each later profile only on the notebooks that read a field whose value differs between the two
+(:func:`profiles_differ_on`, :mod:`gpuformer_lib.tools.rehearsal_plan`): a notebook that reads only equal
+values takes the same path under both, so its second rehearsal would run the same code again."""
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(DeviceProfile))
+_noted_reads: set[str] = set()
+_display_depth = [0]
+
+
+@contextlib.contextmanager
+def display_only():
+    """Reads of the rehearsed profile inside this block are not noted: they only make text for the reader
+    (:meth:`DeviceProfile.describe`, a notebook's opening lines), which no later choice depends on."""
+    _display_depth[0] += 1
+    try:
+        yield
+    finally:
+        _display_depth[0] -= 1
+
+
+def _reader() -> str:
+    """``file:line`` of the first frame outside this module: where a field was read."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _note_read(field: str) -> None:
+    if field in _noted_reads or _display_depth[0]:
+        return
+    _noted_reads.add(field)
+    folder = os.environ.get(PROFILE_READS_ENV)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{os.getpid()}.txt"), "a", encoding="utf-8") as f:
+            f.write(f"{field}\t{_reader()}\n")
+
+
+class _ReadRecordingProfile(DeviceProfile):
+    """The rehearsed profile: a :class:`DeviceProfile` that notes each field read (see PROFILE_READS_ENV)."""
+
+    def __getattribute__(self, attr: str):
+        if attr in _FIELD_NAMES:
+            _note_read(attr)
+        return object.__getattribute__(self, attr)
+
+    def __repr__(self) -> str:
+        return "DeviceProfile(" + ", ".join(f"{f}={object.__getattribute__(self, f)!r}" for f in
+                                            (f.name for f in dataclasses.fields(DeviceProfile))) + ")"
+
+
+def profiles_differ_on(first: DeviceProfile, second: DeviceProfile) -> frozenset[str]:
+    """The fields whose values differ between two profiles (``rehearsal`` aside: both are rehearsed)."""
+    return frozenset(f for f in _FIELD_NAMES - {"rehearsal"}
+                     if object.__getattribute__(first, f) != object.__getattribute__(second, f))
+
+
+def _rehearsal_name() -> str | None:
     name = os.environ.get(REHEARSE_ENV, "").strip().lower() or None
     if name is not None and name not in PROFILES:
         raise ValueError(f"${REHEARSE_ENV}={name!r} is not a profile; choose one of {', '.join(PROFILES)} "
@@ -156,10 +226,30 @@ def rehearsal_name() -> str | None:
     return name
 
 
+def rehearsal_name() -> str | None:
+    """The profile named by ``$GPUFORMER_REHEARSE``, or None when not rehearsing. (Code that only asks
+    *whether* it rehearses, or for the profile's fields, calls :func:`rehearsed_profile`: the name is one more
+    read of the profile's ``name``.)"""
+    name = _rehearsal_name()
+    if name is not None:
+        _note_read("name")
+    return name
+
+
+def rehearsed_profile() -> DeviceProfile | None:
+    """The profile ``$GPUFORMER_REHEARSE`` names, marked ``rehearsal=True``, or None when not rehearsing."""
+    name = _rehearsal_name()
+    if name is None:
+        return None
+    profile = dataclasses.replace(PROFILES[name], rehearsal=True)
+    object.__setattr__(profile, "__class__", _ReadRecordingProfile)  # built first: __post_init__'s reads are not the caller's
+    return profile
+
+
 def rehearsing_gpu() -> bool:
     """Whether a GPU profile is being rehearsed (cheap: reads the environment only)."""
-    name = rehearsal_name()
-    return name is not None and PROFILES[name].on_gpu
+    profile = rehearsed_profile()
+    return profile is not None and profile.on_gpu
 
 
 def _nvml_present() -> bool:
@@ -190,10 +280,8 @@ def describe_device(device: str | torch.device | None = None) -> DeviceProfile:
 def current_profile(device: str | torch.device | None = None) -> DeviceProfile:
     """The profile every choice is made from: the rehearsed one if ``$GPUFORMER_REHEARSE`` names one,
     else this machine's (:func:`describe_device`)."""
-    name = rehearsal_name()
-    if name is not None:
-        return dataclasses.replace(PROFILES[name], rehearsal=True)
-    return describe_device(device)
+    profile = rehearsed_profile()
+    return profile if profile is not None else describe_device(device)
 
 
 def _check_profile(profile) -> None:
@@ -258,6 +346,12 @@ def size_preset(profile: DeviceProfile, name: str | None = None) -> SizePreset:
     """The :class:`~gpuformer_lib.device.SizePreset` for a profile; under rehearsal it is named for the
     profile but picks the CPU (toy) sizes. ``name`` or ``$GPUFORMER_PRESET`` override the choice."""
     _check_profile(profile)
+    if profile.rehearsal:
+        # A rehearsed preset's name is for the reader: pick() gives the toy sizes whatever it is, and every plan
+        # the library makes from a preset checks `toy` first. So its reads of the profile are display only.
+        with display_only():
+            return SizePreset(name or os.environ.get(PRESET_ENV) or preset_name(profile),
+                              f"rehearsing the '{profile.name}' profile", toy=True)
     if name is None and os.environ.get(PRESET_ENV):
         name, reason = os.environ[PRESET_ENV], f"set by ${PRESET_ENV}"
     elif name is not None:
@@ -266,8 +360,6 @@ def size_preset(profile: DeviceProfile, name: str | None = None) -> SizePreset:
         name = preset_name(profile)
         reason = f"{profile.memory_gib:.0f} GiB GPU" if profile.on_gpu else ("Apple MPS" if profile.kind == "mps"
                                                                             else "no GPU in use")
-    if profile.rehearsal:
-        return SizePreset(name, f"rehearsing the '{profile.name}' profile", toy=True)
     return SizePreset(name, reason)
 
 
