@@ -41,7 +41,8 @@ from torch import nn
 from gpuformer_lib import bench, gpu, memory, speed
 from gpuformer_lib.device import hardware_summary
 from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters, gpt2_config, transformer_flops
-from gpuformer_lib.profiles import DeviceProfile, compute_device, compute_dtype, current_profile, low_precision_dtype
+from gpuformer_lib.profiles import (DeviceProfile, compute_device, compute_dtype, current_profile, display_only,
+                                    low_precision_dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,8 +396,10 @@ def run_ladder(preset: str | LadderPreset | None = None, device: str | torch.dev
     c = preset.config
     attention = attention_benchmark(device, batch_size=preset.batch_size, n_heads=c.n_heads, seq_len=preset.seq_len,
                                     head_size=c.head_size, dtype=compute_dtype(profile), repeats=steps)
+    with display_only():  # the profile's name labels the result: no choice is made from it
+        profile_name = profile.name
     return LadderResult(
-        preset=preset.name, device=str(device), profile=profile.name,
+        preset=preset.name, device=str(device), profile=profile_name,
         hardware=dataclasses.asdict(hardware_summary(device)), batch_size=preset.batch_size, seq_len=preset.seq_len,
         n_params=count_parameters(DecoderLM(c)), flops_per_step=transformer_flops(c, preset.batch_size, preset.seq_len),
         peak_flops=peak, peak_source=source, rows=rows, attention=attention, versions=_versions(),
