@@ -2,10 +2,12 @@
 # installs the requirements and the library into it; an installed torch is left as it is.
 #   make book     build the HTML book into _build/html
 #   make test     library tests and every notebook through nbval, then every notebook again under the
-#                 rehearsed T4 and H100 profiles (and chapters 11-12 under the 8xH100 node): the GPU
-#                 branches run on the CPU at toy sizes, so a bug in them fails here
-#   make gpu-check   on a machine with an NVIDIA GPU: the GPU tests, compiled Triton kernels, the ladder,
-#                 the workers on NCCL and every notebook; writes bench_results/gpu-check-<gpu>.json
+#                 rehearsed T4 profile, and under the H100 and 8xH100 profiles those whose path they change:
+#                 the GPU branches run on the CPU at toy sizes, so a bug in them fails here
+#   make gpu-check PYTHON=python3   on a machine with an NVIDIA GPU, with the Python that has its CUDA torch (no
+#                 venv is made, nothing installed: fine offline): the GPU suite, the GPU tests, compiled Triton
+#                 kernels, the ladder, the workers on NCCL and the notebooks (where Jupyter is installed), within
+#                 BUDGET seconds (default 510); writes bench_results/gpu-check-<gpu>.json after each item
 #   make lab      JupyterLab on the notebooks
 #   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one)
 #   make student  student copies of the notebooks (solutions removed) in _build/student
@@ -50,9 +52,14 @@ book: $(STAMP)
 
 # Each part of test and rehearse starts with a line "== <part> @<seconds since 1970>": .ci/run reads them to say
 # how long each part took.
+# The notebooks run at the CPU preset's sizes on whatever device is there (make test checks that every cell runs;
+# gpu-check and the GPU suite measure): on a GPU machine their own choice, the gpu preset, would take chapters 13
+# and 14 past nbval's limits. $GPUFORMER_PRESET, or TEST_PRESET=gpu-small, chooses another; TEST_PRESET= (empty)
+# leaves each notebook its own choice. On a CPU the sizes are the same either way.
+TEST_PRESET ?= $(if $(GPUFORMER_PRESET),$(GPUFORMER_PRESET),cpu)
 test: $(STAMP)
 	@echo "== library tests and notebooks @$$(date +%s)"
-	$(PYTEST) -n $(JOBS) --dist loadfile
+	$(if $(TEST_PRESET),GPUFORMER_PRESET=$(TEST_PRESET) )$(PYTEST) -n $(JOBS) --dist loadfile
 	$(MAKE) --no-print-directory rehearse
 
 # The same notebook cells under each rehearsed GPU profile (see gpuformer_lib/profiles.py), one profile after
@@ -70,8 +77,12 @@ rehearse: $(STAMP)
 	done
 	@echo "== rehearsals done @$$(date +%s)"
 
-gpu-check: $(STAMP)
-	$(PY) -m gpuformer_lib.tools.gpu_check
+# Runs with $(PYTHON) as it is, from this folder (python -m puts it on sys.path; gpu_check hands it on to what it
+# starts): no venv, no pip, so an offline GPU node's preinstalled CUDA torch is used (make gpu-check PYTHON=python3;
+# PYTHON=.venv/bin/python for this repository's venv). BUDGET: the whole check's seconds (default 510, about 9
+# minutes with start-up); GPU_CHECK_ARGS: more options (--quick, --suite-budget S, --out DIR; see --help).
+gpu-check:
+	$(PYTHON) -m gpuformer_lib.tools.gpu_check $(if $(BUDGET),--budget $(BUDGET)) $(GPU_CHECK_ARGS)
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/

@@ -1,8 +1,9 @@
 """gpuformer_lib: the helper library of the course *GPU-Accelerated Transformer Training*.
 
-One concept per module (see the course plan). Layering, bottom to top: ``device`` and ``bench``
-import nothing else of the library; ``viz`` and ``exercises`` sit on top; nothing here imports
-from notebooks or tests.
+One concept per module (see the course plan). Layering, bottom to top: ``hardware`` (choosing the
+device, the hardware summary) imports nothing else of the library; ``profiles`` builds on it, and
+``device`` on both (it re-exports their names for the notebooks); ``viz`` and ``exercises`` sit on top;
+nothing here imports from notebooks or tests.
 
 Shape vocabulary, used in a comment on every reshape and matrix product in the library:
 

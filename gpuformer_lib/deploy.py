@@ -22,7 +22,10 @@ while tracing, so an id out of range fails inside the exported gather, not with 
 
 Leaves out: quantization and distillation (``compression``), TensorRT and other runtimes, and serving.
 Needs ``onnx``, ``onnxscript`` and ``onnxruntime`` (``pip install onnx onnxscript onnxruntime``) for
-the ONNX part only; ``torch.export`` is part of PyTorch.
+the ONNX part only; ``torch.export`` is part of PyTorch. Where one is missing (a GPU node often has onnx
+and onnxruntime but not onnxscript, which the dynamo exporter needs), :func:`onnx_missing` says which, so a
+notebook can skip its ONNX cells with that message; the ONNX functions raise :class:`OnnxUnavailableError`
+naming every missing package.
 """
 
 from __future__ import annotations
@@ -49,17 +52,40 @@ leaves room for deeper models while a wrong graph (a missing mask, a wrong scale
 _INSTALL_HINT = "pip install onnx onnxscript onnxruntime (or: pip install -r requirements.txt)"
 
 
-def require_onnx() -> tuple[object, object]:
-    """The ``onnx`` and ``onnxruntime`` modules, or an ``ImportError`` that says how to install them.
-    ``onnxscript`` is checked too: the dynamo exporter needs it."""
-    modules = []
-    for name in ("onnx", "onnxscript", "onnxruntime"):
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+
+
+class OnnxUnavailableError(ImportError):
+    """The ONNX part was asked for, and a package it needs cannot be imported here (the message names each)."""
+
+
+def _import_failures() -> dict[str, ImportError]:
+    failures = {}
+    for name in ONNX_PACKAGES:
         try:
-            modules.append(importlib.import_module(name))
+            importlib.import_module(name)
         except ImportError as error:
-            raise ImportError(f"the ONNX part of gpuformer_lib.deploy needs the package {name!r}, which is not "
-                              f"installed: {_INSTALL_HINT}") from error
-    return modules[0], modules[2]
+            failures[name] = error
+    return failures
+
+
+def onnx_missing() -> str | None:
+    """None when ``onnx``, ``onnxscript`` and ``onnxruntime`` all import; else a sentence naming the missing ones
+    and how to install them, for a notebook to print when it skips its ONNX cells."""
+    failures = _import_failures()
+    if not failures:
+        return None
+    return (f"the ONNX export and ONNX Runtime comparison need {', '.join(repr(n) for n in failures)}, which "
+            f"{'is' if len(failures) == 1 else 'are'} not installed in this Python: {_INSTALL_HINT}")
+
+
+def require_onnx() -> tuple[object, object]:
+    """The ``onnx`` and ``onnxruntime`` modules, or an :class:`OnnxUnavailableError` (an ``ImportError``) naming
+    every missing package and how to install them. ``onnxscript`` is checked too: the dynamo exporter needs it."""
+    failures = _import_failures()
+    if failures:
+        raise OnnxUnavailableError(f"gpuformer_lib.deploy: {onnx_missing()}") from next(iter(failures.values()))
+    return importlib.import_module("onnx"), importlib.import_module("onnxruntime")
 
 
 def _check_ids(ids: Tensor, what: str = "ids") -> None:

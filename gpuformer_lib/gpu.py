@@ -4,8 +4,9 @@ Covers: making a GPU current, synchronizing, the caching allocator's counters (a
 reserved, free), emptying its cache, a memory cap (:func:`memory_cap`), a memory-history snapshot
 (:func:`memory_history`) and CUDA-event timing (:func:`event_seconds`).
 
-On a CUDA device each call is the ``torch.cuda`` call it names. On a CPU device while a GPU profile
-is rehearsed (``$GPUFORMER_REHEARSE``, see :mod:`gpuformer_lib.profiles`) each runs a stand-in that
+On a CUDA device each call is the ``torch.cuda`` call it names. While a GPU profile is rehearsed
+(``$GPUFORMER_REHEARSE``, see :mod:`gpuformer_lib.profiles`; on any machine, one with GPUs too: the
+rehearsal computes on the CPU) each runs a stand-in that
 checks its arguments the way CUDA would (a device index the profile has, a cap between 0 and the
 GPU's memory, a path to write) and returns a neutral value (0 bytes, the wall clock), so a notebook's
 GPU branch executes here and a wrong argument fails CI. Anything else (a CPU device without
@@ -29,13 +30,18 @@ from gpuformer_lib.profiles import rehearsed_profile
 
 
 def _target(device: torch.device | str | int | None) -> tuple[torch.device, bool]:
-    """(device, real): ``real`` is True for a CUDA device; a CPU device is accepted only under rehearsal."""
+    """(device, real): ``real`` is True for a CUDA device; a CPU device is accepted only under rehearsal.
+
+    Under rehearsal the rehearsed profile wins, also on a machine with GPUs: the work runs on the CPU, so
+    every call is a stand-in and a CUDA index is checked against the *profile's* GPU count (on a real
+    H100, ``cuda:1`` under the T4 profile is refused as on a T4; without this order, one real GPU raised
+    CUDA's invalid-ordinal error and eight accepted it)."""
     if isinstance(device, int):
         device = torch.device("cuda", device)
     device = torch.device(device) if device is not None else None
     rehearsed = rehearsed_profile()
     if device is not None and device.type == "cuda":
-        if rehearsed is not None and not torch.cuda.is_available():  # rehearsing a GPU index on a CPU machine
+        if rehearsed is not None:  # whatever torch.cuda.is_available() says: a rehearsal computes on the CPU
             count = rehearsed.gpu_count
             if (device.index or 0) >= count:
                 raise ValueError(f"cuda:{device.index} does not exist on the rehearsed '{rehearsed.name}' profile "

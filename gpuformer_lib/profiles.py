@@ -5,15 +5,16 @@ TF32 tensor cores, which fused attention (SDPA) kernels exist, memory, tensor-co
 NVML, GPU count); named profiles (:data:`PROFILES`) for a CPU, a Colab T4, an A100-40GB, an
 H100-80GB and an 8xH100 node; :func:`current_profile`, which describes this machine, or a named
 profile under *rehearsal*; and the choices made from a profile (:func:`low_precision_dtype`,
-:func:`training_precision`, :func:`preset_name`, :func:`data_parallel_world`), each tested for
-every profile.
+:func:`training_precision`, :func:`preset_name` and the :class:`SizePreset` it names,
+:func:`data_parallel_world`), each tested for every profile.
 
 Rehearsal: with ``GPUFORMER_REHEARSE=t4`` (or any name in :data:`PROFILES`) the library reports
 that profile's capabilities while computing on the CPU at the CPU preset's (toy) sizes, and the
 CUDA-only calls of :mod:`gpuformer_lib.gpu` run CPU stand-ins that check their arguments. So the
 ``if profile.on_gpu:`` branches of every notebook execute in CI, on a machine without a GPU.
 
-Leaves out: choosing the torch device (``device``), timing (``bench``). Figures in the profiles
+Leaves out: choosing the torch device (``hardware``), a notebook's opening lines (``device``, which
+builds on this module and re-exports :class:`SizePreset`), timing (``bench``). Figures in the profiles
 are datasheet figures (memory as the driver reports it, compute capability); the SDPA kernel lists
 follow PyTorch's ``sdp_utils.cpp`` rules: flash needs sm_80+, the memory-efficient kernel takes
 fp16/fp32 below sm_80 and bf16 too from sm_80, cuDNN attention needs sm_80+. On a CPU, PyTorch (2.13 when
@@ -27,10 +28,13 @@ import contextlib
 import dataclasses
 import os
 import sys
+from typing import Any
 
 import torch
 
-from gpuformer_lib.device import PRESET_ENV, SizePreset, _cpu_has_native_bf16, pick_device
+# hardware imports nothing else of the library; device builds on this module (its choose_preset and
+# run_header read the profile), never the other way round
+from gpuformer_lib.hardware import _cpu_has_native_bf16, pick_device
 
 REHEARSE_ENV = "GPUFORMER_REHEARSE"
 
@@ -291,7 +295,7 @@ def _check_profile(profile) -> None:
 
 
 def compute_device(profile: DeviceProfile, device: str | torch.device | None = None) -> torch.device:
-    """Where tensors go: the CPU under rehearsal, else :func:`~gpuformer_lib.device.pick_device`."""
+    """Where tensors go: the CPU under rehearsal, else :func:`~gpuformer_lib.hardware.pick_device`."""
     _check_profile(profile)
     return torch.device("cpu") if profile.rehearsal else pick_device(device)
 
@@ -328,6 +332,52 @@ def compute_dtype(profile: DeviceProfile) -> torch.dtype:
     return (low_precision_dtype(profile) or torch.float32) if profile.on_gpu else torch.float32
 
 
+# --------------------------------------------------------------------------- size presets
+
+PRESET_ENV = "GPUFORMER_PRESET"
+PRESET_NAMES = ("cpu", "gpu-small", "gpu")
+_PRESET_HELP = {
+    "cpu": "small sizes that finish in minutes on a laptop CPU: correctness and method, not speed",
+    "gpu-small": "sizes for a GPU under 24 GiB (a Colab T4, Apple MPS): the real effects, smaller",
+    "gpu": "sizes that show the real effect on a data-centre GPU (A100, H100)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SizePreset:
+    """A named size class for a run. Notebooks ask it for their sizes with :meth:`pick`."""
+
+    name: str
+    """One of ``cpu``, ``gpu-small``, ``gpu``."""
+    reason: str
+    """Why this preset was chosen, for the notebook's opening lines."""
+    toy: bool = False
+    """Rehearsal: named for a GPU profile, but :meth:`pick` returns the CPU (toy) sizes."""
+
+    def __post_init__(self):
+        if self.name not in PRESET_NAMES:
+            raise ValueError(f"Unknown size preset {self.name!r}; choose one of {', '.join(PRESET_NAMES)}.")
+
+    @property
+    def description(self) -> str:
+        return _PRESET_HELP[self.name]
+
+    def pick(self, *, cpu: Any, gpu: Any, gpu_small: Any = None) -> Any:
+        """Return the value for this preset: ``preset.pick(cpu=512, gpu=8192, gpu_small=4096)``.
+
+        ``gpu_small`` defaults to ``gpu``; give it where the ``gpu`` value would not fit in 16 GB.
+        """
+        if self.name == "cpu" or self.toy:
+            return cpu
+        if self.name == "gpu-small" and gpu_small is not None:
+            return gpu_small
+        return gpu
+
+    def __str__(self) -> str:
+        toy = "\n  rehearsal: the CPU preset's toy sizes are used" if self.toy else ""
+        return f"size preset '{self.name}' ({self.reason}):\n  {self.description}{toy}"
+
+
 # GPUs with at least this much memory get the `gpu` sizes; smaller ones (a T4) `gpu-small`.
 GPU_PRESET_MIN_GIB = 24.0
 
@@ -343,8 +393,8 @@ def preset_name(profile: DeviceProfile) -> str:
 
 
 def size_preset(profile: DeviceProfile, name: str | None = None) -> SizePreset:
-    """The :class:`~gpuformer_lib.device.SizePreset` for a profile; under rehearsal it is named for the
-    profile but picks the CPU (toy) sizes. ``name`` or ``$GPUFORMER_PRESET`` override the choice."""
+    """The :class:`SizePreset` for a profile (``gpuformer_lib.device`` re-exports it); under rehearsal it is named
+    for the profile but picks the CPU (toy) sizes. ``name`` or ``$GPUFORMER_PRESET`` override the choice."""
     _check_profile(profile)
     if profile.rehearsal:
         # A rehearsed preset's name is for the reader: pick() gives the toy sizes whatever it is, and every plan

@@ -151,13 +151,19 @@ def attention_explorer(weights, query_labels: Sequence[str], key_labels: Sequenc
 
     Every view is rendered to an image now and the controls switch between them in the browser
     (``jslink``), so the explorer works in the static book as well as in a running notebook.
-    """
-    import ipywidgets as widgets
 
+    Without ipywidgets (a bare Python, a GPU node without the Jupyter packages) it degrades instead of
+    failing: it returns a :class:`StaticAttentionViews`, every head's heat-map as an image with a line saying
+    how to get the controls.
+    """
     weights = _as_array(weights)
     if weights.ndim != 3 or weights.shape[1:] != (len(query_labels), len(key_labels)):
         raise ValueError(f"weights must be one example's (H, Tq, Tk) = (H, {len(query_labels)}, {len(key_labels)}) "
                          f"attention weights, got shape {weights.shape}: take weights[0] of a (B, H, Tq, Tk) batch")
+    try:
+        import ipywidgets as widgets
+    except ImportError:
+        return _static_attention_views(weights, query_labels, key_labels)
     n_heads, n_queries = weights.shape[0], weights.shape[1]
     head_views = []
     for h in range(n_heads):
@@ -178,6 +184,39 @@ def attention_explorer(weights, query_labels: Sequence[str], key_labels: Sequenc
     widgets.jslink((head_pick, "value"), (heads, "selected_index"))
     widgets.jslink((query_pick, "value"), (queries, "selected_index"))
     return widgets.HBox([widgets.VBox([head_pick, heads]), widgets.VBox([query_pick, queries])])
+
+
+NO_WIDGETS_NOTE = ("ipywidgets is not installed in this Python, so the explorer's controls are left out: every "
+                   "head's heat-map is shown instead (pip install ipywidgets, then re-run the cell, for the explorer)")
+
+
+@dataclasses.dataclass(frozen=True)
+class StaticAttentionViews:
+    """What :func:`attention_explorer` shows without ipywidgets: one PNG heat-map per head, and why."""
+
+    head_pngs: tuple[bytes, ...]
+    note: str = NO_WIDGETS_NOTE
+
+    def _repr_html_(self) -> str:
+        import base64
+
+        images = "".join(f'<img alt="head {h}" style="display:inline-block;margin:2px" '
+                         f'src="data:image/png;base64,{base64.b64encode(png).decode()}"/>'
+                         for h, png in enumerate(self.head_pngs))
+        return f"<div><p><em>{html.escape(self.note)}</em></p>{images}</div>"
+
+    def __repr__(self) -> str:
+        return f"{self.note} [{len(self.head_pngs)} heads]"
+
+
+def _static_attention_views(weights: np.ndarray, query_labels: Sequence[str],
+                            key_labels: Sequence[str]) -> StaticAttentionViews:
+    pngs = []
+    for h in range(weights.shape[0]):
+        fig, ax = plt.subplots(figsize=(3.6, 3.6))
+        attention_heatmap(weights[h], query_labels, key_labels, ax=ax, title=f"head {h}: all queries")
+        pngs.append(_png(fig))
+    return StaticAttentionViews(tuple(pngs))
 
 
 # --------------------------------------------------------------------------- the memory calculator (chapter 9)

@@ -145,3 +145,16 @@ def test_torch_threads_restores():
     with deploy.torch_threads(1):
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_onnx_missing_names_every_missing_package_so_a_notebook_can_skip(monkeypatch):
+    """A GPU node has onnx and onnxruntime but not onnxscript: chapter 16 can print this and skip its ONNX cells
+    (before, its cell 18 failed with the first missing package only)."""
+    assert deploy.onnx_missing() is None
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    message = deploy.onnx_missing()
+    assert "'onnxscript', 'onnxruntime'" in message and "are not installed" in message and "pip install" in message
+    with pytest.raises(deploy.OnnxUnavailableError, match="'onnxscript', 'onnxruntime'"):
+        deploy.require_onnx()
+    assert issubclass(deploy.OnnxUnavailableError, ImportError)

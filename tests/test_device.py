@@ -151,3 +151,53 @@ def test_seeding_repeats_and_validates():
     assert torch.equal(a, b) and not torch.equal(a, c)
     with pytest.raises(ValueError):
         seed_everything(-1)
+
+
+def _library_imports(module_path):
+    """Every ``gpuformer_lib`` module a file imports, at top level or inside a function."""
+    import ast
+
+    tree = ast.parse(module_path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gpuformer_lib"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if node.module == "gpuformer_lib"}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("gpuformer_lib")}
+    return found
+
+
+def test_device_and_profiles_no_longer_import_each_other():
+    """One direction only: hardware (choosing the device, the summary) <- profiles <- device. Before, profiles
+    imported device at top level and device imported profiles inside choose_preset and run_header."""
+    import pathlib
+    import subprocess
+    import sys
+
+    lib = pathlib.Path(dev.__file__).parent
+    assert _library_imports(lib / "hardware.py") == set()
+    assert _library_imports(lib / "profiles.py") == {"gpuformer_lib.hardware"}
+    assert "gpuformer_lib.profiles" in _library_imports(lib / "device.py")
+    code = ("import sys, gpuformer_lib.profiles; assert 'gpuformer_lib.device' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_every_name_the_notebooks_import_from_device_and_profiles_is_still_there():
+    import importlib
+    import json
+    import pathlib
+    import re
+
+    root = pathlib.Path(dev.__file__).parents[1]
+    wanted = {"device": set(), "profiles": set()}
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            for module, names in re.findall(r"from gpuformer_lib\.(device|profiles) import (\([^)]*\)|[^\n]*)", source):
+                wanted[module] |= {n.strip() for n in names.strip("()").split(",") if n.strip()}
+    assert {"choose_preset", "run_header", "SizePreset", "pick_device"} <= wanted["device"]
+    for module, names in wanted.items():
+        imported = importlib.import_module(f"gpuformer_lib.{module}")
+        assert not [n for n in names if not hasattr(imported, n)], (module, names)
+    assert dev.SizePreset is importlib.import_module("gpuformer_lib.profiles").SizePreset

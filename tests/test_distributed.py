@@ -278,9 +278,11 @@ def test_collective_backend_gives_nccl_only_to_real_gpus_enough_for_every_proces
 
 def test_fsdp_traffic_is_counted_under_either_name_torch_gives_its_collectives(monkeypatch, tmp_path):
     """FSDP2 calls all_gather_single and reduce_scatter_single from torch 2.13 on, all_gather_into_tensor and
-    reduce_scatter_tensor before. The counter counts whichever names this torch has, each call once, also when
-    one calls the other. Before: it patched only the 2.13 names (an AttributeError on an older torch) and missed
-    a call of the older ones. An older torch is rehearsed by removing the new names; one gloo process."""
+    reduce_scatter_tensor before. The counter names none of them: it counts every public all-gather and
+    reduce-scatter function this torch exports, each call once, also when one calls the other, and also one
+    called through distributed_c10d. Before: a list of names (first only the 2.13 ones, an AttributeError on an
+    older torch). An older torch is rehearsed by removing the new names, a newer one by adding a name; one gloo
+    process."""
     from gpuformer_lib.workers.model_parallel import CountShardedCollectives
 
     D.dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
@@ -310,6 +312,21 @@ def test_fsdp_traffic_is_counted_under_either_name_torch_gives_its_collectives(m
             monkeypatch.undo()
             assert D.dist.all_gather_single is real_single
             torch.testing.assert_close(out, x)  # the collectives ran (one rank: a copy)
+            # a torch whose FSDP2 calls a name this counter has never heard of, and calls through distributed_c10d
+            c10d = D.dist.distributed_c10d
+
+            def all_gather_renamed(output_tensor, input_tensor, group=None, async_op=False):
+                return real_single(output_tensor, input_tensor, group=group, async_op=async_op)
+
+            for module in (D.dist, c10d):
+                monkeypatch.setattr(module, "all_gather_renamed", all_gather_renamed, raising=False)
+            monkeypatch.setattr(c10d, "__all__", [*c10d.__all__, "all_gather_renamed"])
+            with CountShardedCollectives() as counted:
+                D.dist.all_gather_renamed(out, input_tensor=x)
+                c10d.reduce_scatter_tensor(output=out, input=x)
+                D.dist.all_gather([torch.empty(8)], x)  # the list form: the list is what is gathered
+            assert (counted.gathered, counted.scattered) == (64, 32)
+            assert D.dist.all_gather_renamed is all_gather_renamed and c10d.all_gather_single is real_single
     finally:
         monkeypatch.undo()
         D.dist.destroy_process_group()

@@ -131,6 +131,36 @@ def test_stand_ins_check_their_arguments(rehearse, tmp_path):
     assert gpu.event_seconds(lambda: None, "cpu", number=3) >= 0
 
 
+@pytest.mark.parametrize("real_gpus", [1, 8])
+def test_under_rehearsal_the_profile_wins_on_a_machine_with_gpus(rehearse, monkeypatch, real_gpus):
+    """`make test` on a GPU machine: the rehearsed profile decides, not the GPUs present. Before, gpu.py treated
+    cuda:N as real whenever CUDA was available: cuda:1 under the T4 profile raised CUDA's invalid-ordinal error on
+    one GPU and was accepted on eight (the test above said "DID NOT RAISE"). CUDA is faked here; no real CUDA call
+    may happen under rehearsal."""
+    def no_cuda_call(*args, **kwargs):
+        raise AssertionError("a real CUDA call under rehearsal")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: real_gpus)
+    for name in ("synchronize", "set_device", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                 "reset_peak_memory_stats", "get_device_properties", "mem_get_info"):
+        monkeypatch.setattr(torch.cuda, name, no_cuda_call)
+    rehearse("t4")
+    with pytest.raises(ValueError, match="does not exist on the rehearsed 't4'"):
+        gpu.synchronize("cuda:1")
+    gpu.synchronize("cuda:0")
+    gpu.set_current(0)
+    assert gpu.memory_allocated("cuda:0") == gpu.max_memory_allocated("cuda") == gpu.memory_reserved(0) == 0
+    gpu.reset_peak_memory_stats("cuda:0")
+    assert gpu.total_memory("cuda:0") == int(PROFILES["t4"].memory_gib * 2**30)
+    assert gpu.mem_get_info("cuda:0")[0] == gpu.total_memory("cuda:0")
+    assert gpu.device_properties("cuda:0")["name"] == "Tesla T4"
+    rehearse("8xh100")  # eight rehearsed GPUs, whatever this machine has
+    gpu.synchronize("cuda:7")
+    with pytest.raises(ValueError, match="does not exist on the rehearsed '8xh100'"):
+        gpu.synchronize("cuda:8")
+
+
 def test_memory_cap_is_lifted_after_an_error(monkeypatch):
     """On a GPU the cap is set, and lifted again even when the block raises (stubbed CUDA calls)."""
     calls = []

@@ -19,6 +19,36 @@ from typing import Any, Iterable
 
 METADATA_KEY = "gpuformer"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The folder above the library: a clone of the course when the library runs from one (or was installed from
+one with ``pip install -e``). After a plain ``pip install`` it is a folder of site-packages' parents, which
+holds no notebooks: :func:`checkout_root` says so instead of finding none."""
+
+
+class NotACheckoutError(FileNotFoundError):
+    """The notebooks were looked for in a folder that is not a clone of the course (no ``notebooks/`` there)."""
+
+
+def checkout_root(root: Path | str | None = None) -> Path:
+    """``root`` (default :data:`REPO_ROOT`), checked to be a clone of the course: a folder with ``notebooks/``.
+
+    Raises :class:`NotACheckoutError`, naming the folder and the fix, where it is not one: the library was
+    installed into site-packages (``pip install gpuformer-lib``, not ``pip install -e .`` from a clone), so it
+    does not know where the notebooks are. A tool given that folder would otherwise find zero notebooks and
+    say nothing."""
+    given = root is not None
+    root = Path(REPO_ROOT if root is None else root)
+    if (root / "notebooks").is_dir():
+        return root
+    where = (f"{root} was given as the course's folder" if given else
+             f"gpuformer_lib is installed at {Path(__file__).resolve().parents[1]}, not in a clone of the course "
+             f"(a plain `pip install`, not `pip install -e .`), so it looked in {root}")
+    raise NotACheckoutError(
+        f"no notebooks/ folder in {root}: {where}. The notebooks, tests and make targets ship only with the "
+        "repository. Run from a clone (git clone the course, cd into it and run `python -m ...` or `make ...` "
+        "there; `pip install -e .` makes an installed library point at it), or pass the clone's path "
+        "(`--repo DIR` for gpu_check, the notebooks' paths for the tools that take them).")
+
+
 
 
 def code_cells(nb: Any) -> list[Any]:
@@ -75,15 +105,23 @@ def write_notebook_atomically(nb: Any, path: Path) -> None:
         raise
 
 
-def notebook_paths(root: Path = REPO_ROOT) -> list[Path]:
-    """The chapter notebooks, in order."""
-    return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+def notebook_paths(root: Path | str | None = None) -> list[Path]:
+    """The chapter notebooks of the clone at ``root`` (default :data:`REPO_ROOT`), in order;
+    :class:`NotACheckoutError` where ``root`` is not a clone (see :func:`checkout_root`), and where a clone holds
+    none (a broken checkout), rather than an empty list that a caller would run as "all passed"."""
+    root = checkout_root(root)
+    paths = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if not paths:
+        raise NotACheckoutError(f"{root / 'notebooks'} holds no chapter notebook (NN_*.ipynb): is the clone "
+                                "complete? `git status` there says what is missing")
+    return paths
 
 
-def toc_entries(root: Path = REPO_ROOT) -> list[str]:
+def toc_entries(root: Path | str | None = None) -> list[str]:
     """Every ``file:`` in ``_toc.yml`` (the root too), as paths without extension."""
     import yaml
 
+    root = checkout_root(root)
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     entries = [toc["root"]]
 

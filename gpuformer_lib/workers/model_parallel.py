@@ -199,38 +199,72 @@ def tensor(env, device, width=64, rows=8):
 
 
 class CountShardedCollectives:
-    """Bytes FSDP2 moves inside the block: the unsharded size of every all-gather (the tensor gathered) and of
-    every reduce-scatter input (the unsharded gradient), as FSDP2 calls them through the ``torch.distributed``
-    module. FSDP2 calls ``all_gather_single`` and ``reduce_scatter_single`` from torch 2.13 on, and
-    ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` before (2.13 keeps them, deprecated): every one of
-    these names this torch has is counted, and a call made inside another counted call is not counted again."""
+    """Bytes FSDP2 moves inside the block: the unsharded size of every all-gather (the tensor gathered into) and of
+    every reduce-scatter input (the unsharded gradient).
 
-    GATHERS = ("all_gather_single", "all_gather_into_tensor")
-    SCATTERS = ("reduce_scatter_single", "reduce_scatter_tensor")
+    Which function FSDP2 calls changes between torch versions (``all_gather_into_tensor`` and
+    ``reduce_scatter_tensor`` up to 2.12, ``all_gather_single`` and ``reduce_scatter_single`` from 2.13), so no
+    name is written here: every public function of the two families that this torch exports
+    (``torch.distributed.distributed_c10d.__all__``: names starting ``all_gather`` or ``reduce_scatter``, the
+    ``_object`` ones aside) is wrapped, on ``torch.distributed`` and on ``distributed_c10d`` alike, for the block.
+    What is counted follows the convention every one of them keeps, output first: an all-gather's first argument
+    (the gathered tensor, or list of tensors), a reduce-scatter's second (the tensor or list scattered). A call
+    made inside another counted call (an old name calling a new one) is not counted again. The chapter and
+    tests/test_distributed.py check the count against the parameters' sizes (blocks gathered twice, the root
+    once, every gradient reduce-scattered once), so a torch whose FSDP2 moved its traffic elsewhere fails there,
+    and a count of zero fails at once (the fsdp worker)."""
+
+    FAMILIES = {"gather": "all_gather", "scatter": "reduce_scatter"}
+
+    @staticmethod
+    def collective_names() -> dict[str, list[str]]:
+        """This torch's public all-gather and reduce-scatter functions, by family."""
+        from torch.distributed import distributed_c10d
+
+        public = getattr(distributed_c10d, "__all__", ())
+        return {family: sorted(n for n in public if n.startswith(prefix) and not n.endswith("_object"))
+                for family, prefix in CountShardedCollectives.FAMILIES.items()}
 
     def __enter__(self):
+        from torch.distributed import distributed_c10d
+
         self.gathered = self.scattered = 0
         self._inside = 0
-        self._real = {name: getattr(dist, name) for name in self.GATHERS + self.SCATTERS if hasattr(dist, name)}
-        for names in (self.GATHERS, self.SCATTERS):
-            if not any(name in self._real for name in names):
-                raise RuntimeError(f"torch {torch.__version__} has none of torch.distributed's {', '.join(names)}: "
-                                   "find the collective its FSDP2 calls and count that one")
-        for name, real in self._real.items():
-            setattr(dist, name, self._counting(real, gather=name in self.GATHERS))
+        self._patched = []
+        names = self.collective_names()
+        for family, found in names.items():
+            if not found:
+                raise RuntimeError(f"torch {torch.__version__} exports no {self.FAMILIES[family]}* function from "
+                                   "torch.distributed: find the collective its FSDP2 calls and count that one")
+        try:
+            for family, found in names.items():
+                for name in found:
+                    for module in (dist, distributed_c10d):
+                        real = getattr(module, name, None)
+                        if callable(real):
+                            self._patched.append((module, name, real))
+                            setattr(module, name, self._counting(real, family))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
-    def _counting(self, real, gather: bool):
-        def gather_counted(output_tensor, input_tensor, *args, **kwargs):
-            return counted(output_tensor, output_tensor, input_tensor, *args, **kwargs)
+    def _counting(self, real, family: str):
+        import functools
+        import inspect
 
-        def scatter_counted(output, input, *args, **kwargs):
-            return counted(input, output, input, *args, **kwargs)
+        position = 0 if family == "gather" else 1  # the gathered output; the scattered input
+        try:
+            parameter = list(inspect.signature(real).parameters)[position]
+        except (TypeError, ValueError, IndexError):
+            parameter = None
 
-        def counted(measured, *args, **kwargs):
+        @functools.wraps(real)
+        def counted(*args, **kwargs):
             if not self._inside:
-                nbytes = measured.numel() * measured.element_size()
-                if gather:
+                measured = args[position] if len(args) > position else kwargs.get(parameter)
+                nbytes = _tensor_bytes(measured)
+                if family == "gather":
                     self.gathered += nbytes
                 else:
                     self.scattered += nbytes
@@ -240,11 +274,21 @@ class CountShardedCollectives:
             finally:
                 self._inside -= 1
 
-        return gather_counted if gather else scatter_counted
+        return counted
 
     def __exit__(self, *exc):
-        for name, real in self._real.items():
-            setattr(dist, name, real)
+        for module, name, real in reversed(self._patched):
+            setattr(module, name, real)
+        self._patched = []
+
+
+def _tensor_bytes(value) -> int:
+    """Bytes of a tensor, or of every tensor in a (nested) list or tuple of them."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
 
 
 class CountAllReduces:
