@@ -14,6 +14,7 @@ item); everything the items print goes to its standard error, which is the paren
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import importlib.metadata
 import json
 import os
@@ -170,6 +171,7 @@ def worker_main() -> int:
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             error += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
         finally:
+            gc.collect()  # tensors held by reference cycles (a failed item's frames) would stay into the next item
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
                 torch.cuda.empty_cache()
