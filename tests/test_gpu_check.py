@@ -234,8 +234,11 @@ def test_the_toolchain_check_names_what_triton_lacks(monkeypatch, tmp_path):
 
 def test_make_gpu_check_uses_the_given_python_without_venv_or_pip():
     """On an offline node the preinstalled CUDA torch is the one to use: no venv stamp, no pip install."""
-    done = subprocess.run(["make", "-n", "gpu-check", "PYTHON=python3", "BUDGET=123"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=60)
+    # run as CI runs it, from inside `make test`: no make settings, budget or options inherited from that make
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MAKE") and k not in ("MFLAGS", "BUDGET", "GPU_CHECK_ARGS", "PYTHON")}
+    done = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "PYTHON=python3", "BUDGET=123"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     commands = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     assert commands == ["python3 -m gpuformer_lib.tools.gpu_check --budget 123"], commands
