@@ -143,3 +143,22 @@ def test_the_library_and_notebooks_learn_of_a_rehearsal_only_through_the_profile
     readers = {str(path.relative_to(root.parent)) for path in files if reads_env.search(path.read_text())}
     # execute.py reads it only to refuse storing a rehearsal's outputs
     assert readers == {"gpuformer_lib/profiles.py", "gpuformer_lib/tools/execute.py"}, readers
+
+
+def test_a_notebook_left_out_by_request_says_so_and_what_it_read(tmp_path, capsys):
+    _record(tmp_path, "t4", BOOKS[0], "kind", "gpu_count")
+    _record(tmp_path, "t4", BOOKS[1], "kind", "gpu_count")
+    run, why = rehearsal_plan.plan(tmp_path, "8xh100", BOOKS[:2], {BOOKS[0]: "a test runs its 8 ranks"})
+    assert run == [BOOKS[1]]
+    assert why[0] == ("LEFT OUT BY REQUEST: notebooks/01_a.ipynb: a test runs its 8 ranks (under t4 it read "
+                      "gpu_count (cell.py:1))")
+    with pytest.raises(ValueError, match="not a notebook to plan"):
+        rehearsal_plan.plan(tmp_path, "8xh100", BOOKS[:1], {"notebooks/99_x.ipynb": "why"})
+    # on the command line, PROFILE:NOTEBOOK:WHY applies to that profile only
+    spec = f"8xh100:{BOOKS[0]}:a test runs its 8 ranks"
+    assert rehearsal_plan.main([str(tmp_path), "--profile", "8xh100", "--leave-out", spec, *BOOKS[:2]]) == 0
+    assert capsys.readouterr().out.split() == [BOOKS[1]]
+    assert rehearsal_plan.main([str(tmp_path), "--profile", "h100-80gb", "--leave-out", spec, *BOOKS[:2]]) == 0
+    assert capsys.readouterr().out.split() == []  # one GPU on both: nothing differs, nothing left out by request
+    with pytest.raises(SystemExit):
+        rehearsal_plan.main([str(tmp_path), "--profile", "8xh100", "--leave-out", "8xh100:only-two", *BOOKS[:2]])

@@ -42,12 +42,19 @@ def fields_read(folder: Path) -> dict[str, set[str]] | None:
     return fields
 
 
-def plan(reads: Path, profile: str, notebooks: list[str]) -> tuple[list[str], list[str]]:
+def plan(reads: Path, profile: str, notebooks: list[str], leave_out: dict[str, str] | None = None
+         ) -> tuple[list[str], list[str]]:
     """(notebooks to rehearse under ``profile``, a line per notebook saying why it is rehearsed or left out),
-    from the reads the earlier rehearsals recorded in ``reads/<earlier profile>/<notebook stem>/``."""
+    from the reads the earlier rehearsals recorded in ``reads/<earlier profile>/<notebook stem>/``.
+    ``leave_out``: {notebook: why} left out under this profile whatever they read (said on their line, with the
+    fields they read that would have rehearsed them)."""
     if profile not in PROFILES:
         raise ValueError(f"{profile!r} is not a profile; choose one of {', '.join(PROFILES)}")
     earlier = sorted(p.name for p in reads.iterdir() if p.is_dir() and p.name in PROFILES and p.name != profile)
+    leave_out = leave_out or {}
+    unknown = sorted(set(leave_out) - set(notebooks))
+    if unknown:
+        raise ValueError(f"left out but not a notebook to plan: {', '.join(unknown)}")
     run, why = [], []
     for notebook in notebooks:
         stem, reasons, same_as = Path(notebook).stem, [], None
@@ -65,6 +72,9 @@ def plan(reads: Path, profile: str, notebooks: list[str]) -> tuple[list[str], li
             before, fields = same_as
             why.append(f"left out: {notebook}: under {before} it read only {', '.join(sorted(fields)) or 'no field'}"
                        f", the same in {profile}")
+        elif notebook in leave_out:
+            why.append(f"LEFT OUT BY REQUEST: {notebook}: {leave_out[notebook]} (" +
+                       ("; ".join(reasons) if reasons else "no earlier record of its reads") + ")")
         else:
             run.append(notebook)
             why.append(f"rehearsed: {notebook}: " + ("; ".join(reasons) if reasons else "no earlier record of its "
@@ -77,12 +87,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("reads", type=Path,
                         help="the folder whose <profile> subfolders the earlier rehearsals recorded their reads in")
     parser.add_argument("--profile", required=True, help="the profile to rehearse next")
+    parser.add_argument("--leave-out", action="append", default=[], metavar="PROFILE:NOTEBOOK:WHY",
+                        help="leave NOTEBOOK out under PROFILE, saying WHY (for a path another test rehearses)")
     parser.add_argument("notebooks", nargs="+")
     args = parser.parse_args(argv)
     if not args.reads.is_dir():
         parser.error(f"{args.reads} is not a folder")
+    leave_out = {}
+    for spec in args.leave_out:
+        profile, notebook, reason = (spec.split(":", 2) + ["", ""])[:3]
+        if not (profile and notebook and reason):
+            parser.error(f"--leave-out takes PROFILE:NOTEBOOK:WHY, got {spec!r}")
+        if profile == args.profile:
+            leave_out[notebook] = reason
     try:
-        run, why = plan(args.reads, args.profile, args.notebooks)
+        run, why = plan(args.reads, args.profile, args.notebooks, leave_out)
     except ValueError as error:
         parser.error(str(error))
     print(f"-- which notebooks to rehearse under {args.profile} ({len(run)} of {len(args.notebooks)}):",
