@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,23 @@ SOURCES = ("_config.yml", "_toc.yml", "book", "notebooks", "gpuformer_lib", "scr
 
 
 def build_book(tmp_path_factory) -> Path:
-    """Build a copy of the book's sources and return its ``_build/html`` folder."""
+    """The ``_build/html`` folder of a copy of the book's sources, built once per test session: the two test
+    files that read it may run in two pytest-xdist workers, which share the parent of their temporary folders
+    (the first to take the lock builds; a failed build is left to the next to try again)."""
+    from filelock import FileLock  # torch's own dependency
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    built = shared / "gpuformer-book-build.txt"
+    with FileLock(str(shared / "gpuformer-book-build.lock")):
+        if built.exists():
+            return Path(built.read_text(encoding="utf-8"))
+        html = _build(tmp_path_factory)
+        built.write_text(str(html), encoding="utf-8")
+        return html
+
+
+def _build(tmp_path_factory) -> Path:
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     if not jupyter_book.exists():
         jupyter_book = shutil.which("jupyter-book")
