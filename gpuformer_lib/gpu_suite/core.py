@@ -143,15 +143,11 @@ class Context:
         return max(0.05, self.seconds_left() * share)
 
     def _one_repeat(self, fn: Callable[[], object], number: int) -> float:
-        from gpuformer_lib import bench, gpu
+        """Seconds per call over one repeat of ``number`` calls: the course's timing helper, one repeat at a time
+        (CUDA events on a GPU), so that the suite can interleave repeats and stop at its deadline."""
+        from gpuformer_lib import bench
 
-        if self.device.type == "cuda":
-            return gpu.event_seconds(fn, self.device, number)
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        bench.synchronize(self.device)
-        return (time.perf_counter() - start) / number
+        return bench.time_fn(fn, device=self.device, warmup=0, repeats=1, number=number).times[0]
 
     def time(self, name: str, fn: Callable[[], object], *, warmup: int = 2, repeats: int = 7, number: int = 1,
              work: float | None = None, work_unit: str | None = None, share: float = 0.5) -> dict[str, Any]:

@@ -353,19 +353,21 @@ def run(*, budget_s: float, out: Path | None, commit: str | None, only: list[str
         echo(f"  skipped  {row['key']:34s} {why}")
         write_summary()
 
+    def why_skip(it) -> str | None:
+        """Why the item cannot run now (known once a worker has reported the device), or None."""
+        if it.min_gpus > environment["device"].get("gpu_count", 1):
+            return f"needs {it.min_gpus} GPUs"
+        left = budget_s - (time.monotonic() - started)
+        if expected_s(it) > left:
+            return f"would not fit: about {expected_s(it):.0f} s expected, {max(left, 0):.0f} s of the budget left"
+        return None
+
     previous: dict[str, float] = {}
     try:
         for it in items:
             row = {"key": it.key, "title": it.title, "cap_s": it.cap_s}
-            if environment is not None and it.min_gpus > environment["device"].get("gpu_count", 1):
-                skip(row, f"needs {it.min_gpus} GPUs")
-                continue
-            left = budget_s - (time.monotonic() - started)
-            if environment is not None and expected_s(it) > left:
-                skip(row, f"would not fit: about {expected_s(it):.0f} s expected, {max(left, 0):.0f} s of the "
-                          "budget left")
-                continue
-            if worker is None:
+            # a worker is started for the first item, and after one was stopped for an item that can run
+            if worker is None and (environment is None or why_skip(it) is None):
                 if (why := start_worker()) is not None:
                     echo(f"FAILED: {why}")
                     row.update(status="failed", error=why)
@@ -378,14 +380,10 @@ def run(*, budget_s: float, out: Path | None, commit: str | None, only: list[str
                     break
                 if not previous:
                     previous.update(_previous_seconds(folder / "suite.json"))
-                left = budget_s - (time.monotonic() - started)
-                if it.min_gpus > environment["device"].get("gpu_count", 1):
-                    skip(row, f"needs {it.min_gpus} GPUs")
-                    continue
-                if expected_s(it) > left:
-                    skip(row, f"would not fit: about {expected_s(it):.0f} s expected, {max(left, 0):.0f} s of the "
-                              "budget left")
-                    continue
+            if (why := why_skip(it)) is not None:
+                skip(row, why)
+                continue
+            left = budget_s - (time.monotonic() - started)
             limit = min(it.cap_s, left)  # the item's cap, or the end of the budget if that comes first
             t0 = time.monotonic()
             result = None
