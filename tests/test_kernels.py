@@ -101,7 +101,7 @@ def test_cuda_c_add():
     x, y = torch.randn(100_001, device="cuda"), torch.randn(100_001, device="cuda")
     for blocks, threads in ((1, 32), (256, 256)):  # a tiny grid must still cover all of n
         assert torch.equal(kernels.cuda_add(x, y, blocks, threads), x + y)
-    with pytest.raises(RuntimeError):  # more than 1024 threads per block: the launch check raises
+    with pytest.raises(ValueError, match="threads must be an int from 1 to 1024"):  # checked before the launch
         kernels.cuda_add(x, y, 1, 2048)
     if torch.cuda.device_count() >= 2:  # tensors on another GPU than the current one: the device guard
         x1, y1 = x.to("cuda:1"), y.to("cuda:1")
