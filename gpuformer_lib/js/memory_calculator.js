@@ -103,14 +103,17 @@ var gpuformerMemoryCalculator = (function () {
     var ab = s.activation_bytes;
     var tokens = s.seq_len * s.batch_size;
     var logits = tokens * s.vocab_size;
-    var upcast = ab < 4 ? 4 : 0;
+    // memory.loss_transient_bytes, autocast_device="cuda": in 16 bits log-softmax runs in 16 bits and NLL
+    // keeps a float32 copy, so the loss's backward holds the 16-bit log-probs and NLL's float32 gradient
+    var lossForward = ab < 4 ? logits * 2 * ab : logits * ab;
+    var lossBackward = ab < 4 ? logits * (ab + 4) : logits * 8;
     var layerBackward = tokens * (2 * s.d_ff * ab + 2 * s.d_model * 4);
     if (!s.fused_attention) {
       layerBackward += 2 * s.n_heads * s.seq_len * tokens * ab;
     }
     var moments = [
-      ["loss forward", saved.activations + logits * (ab + upcast)],
-      ["loss backward", saved.activations + logits * 8],
+      ["loss forward", saved.activations + lossForward],
+      ["loss backward", saved.activations + lossBackward],
       ["layer backward", saved.activations - 4 * logits + saved.recomputed + layerBackward]
     ];
     var moment = moments[0];
