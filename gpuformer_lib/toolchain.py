@@ -335,9 +335,9 @@ def arch_supported(capability: str, arch_list: Sequence[str]) -> bool:
     return False
 
 
-COURSE_TORCH_FLOOR = "2.13"
-"""The oldest torch this course's tests have run on (requirements.txt states it too; tests/test_packaging.py keeps
-them alike): a driver whose newest wheel is older can run PyTorch, not the course."""
+COURSE_TORCH_FLOOR = "2.11"
+"""The oldest torch this course has run on (its GPU suite and GPU tests, on an H200; requirements.txt states it
+too; tests/test_packaging.py keeps them alike): a driver whose newest wheel is older can run PyTorch, not the course."""
 
 
 def _wheel_advice(driver_cuda: str | None) -> str:
