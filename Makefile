@@ -1,6 +1,8 @@
 # The course's commands. Each one creates the virtual environment (.venv) if there is none and
-# installs the requirements and the library into it; an installed torch is left as it is.
-#   make book     build the HTML book into _build/html
+# installs the requirements and the library into it (make book: only what the build needs; make gpu-check:
+# nothing); an installed torch is left as it is.
+#   make book     build the HTML book into _build/html; installs only what the build needs
+#                 (requirements-book.txt: no torch, no library), since the book never executes the notebooks
 #   make test     library tests and every notebook through nbval, then every notebook again under the
 #                 rehearsed T4 profile, and under the H100 and 8xH100 profiles those whose path they change:
 #                 the GPU branches run on the CPU at toy sizes, so a bug in them fails here
@@ -20,6 +22,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# make book's own stamp: requirements-book.txt installed (a subset of requirements.txt, so after STAMP's
+# rule its install only finds every package already there)
+BOOK_STAMP := $(VENV)/.installed-book
 # Real data sets: read from $GPUFORMER_DATA if set, else from a shared data folder beside the
 # repository if there is one (as in CI), else from data/ (downloaded there when missing). The rule is
 # gpuformer_lib.data.data_dir()'s, so notebooks run without make agree; exporting it here also hands it
@@ -46,7 +51,14 @@ $(STAMP): $(PY) requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $@
 
-book: $(STAMP)
+# pip without --quiet: a first `make book` shows each package as it comes (about 90 packages, no torch).
+$(BOOK_STAMP): $(PY) requirements-book.txt
+	@echo "make book, step 1 of 2: installing what building the book needs (requirements-book.txt; no torch) into $(VENV)"
+	$(PY) -m pip install --disable-pip-version-check -r requirements-book.txt
+	@touch $@
+
+book: $(BOOK_STAMP)
+	@echo "make book, step 2 of 2: building the HTML book from the outputs stored in the notebooks (it runs none of them)"
 	$(VENV)/bin/jupyter-book build . --warningiserror
 	@echo "Open _build/html/index.html"
 

@@ -1,10 +1,10 @@
 """The GitHub Actions workflow (``.github/workflows/ci.yml``) runs what the course says it runs: ``make test`` on
 pushes and pull requests to main, with the same torch as ``.ci/run`` (the CPU build), Debian's Chromium for the
 browser test, never ``playwright install`` (it downloads a browser), and the data sets fetched by the course's own
-loader before the tests; ``make book`` packaged from ``_build/html`` for GitHub Pages and deployed only on a push
-to main, by a job with the permissions Pages needs, one deployment at a time; every action pinned to a major
-version. GitHub itself cannot run here, so these checks read the file; each rule is also tested on a copy of the
-workflow that breaks it, which it must reject."""
+loader before the tests; ``make book``, with no torch installed before it (it needs none), packaged from
+``_build/html`` for GitHub Pages and deployed only on a push to main, by a job with the permissions Pages needs,
+one deployment at a time; every action pinned to a major version. GitHub itself cannot run here, so these checks
+read the file; each rule is also tested on a copy of the workflow that breaks it, which it must reject."""
 
 import copy
 import re
@@ -115,6 +115,9 @@ def problems(workflow: dict, ci_run: str) -> list[str]:
     for name in books:
         job = jobs[name]
         build = next(i for i, step in enumerate(steps_of(job)) if "make book" in commands(step))
+        if any("torch" in c for step in steps_of(job)[:build] for c in commands(step)):
+            found.append(f"job {name!r} installs torch before `make book`, which needs none: the job would not "
+                         "notice a build that came to need it")
         uploads = [(i, step) for i, step in enumerate(steps_of(job)) if uses(step, "actions/upload-pages-artifact")]
         if not any(i > build and str((step.get("with") or {}).get("path", "")).rstrip("/") == "_build/html"
                    for i, step in uploads):
@@ -229,6 +232,13 @@ def no_make_book(wf):
     step["run"] = ".venv/bin/jupyter-book build ."
 
 
+def torch_before_the_book(wf):
+    job = next(j for j in wf["jobs"].values() if runs(j, "make book"))
+    build = next(i for i, s in enumerate(steps_of(job)) if "make book" in commands(s))
+    job["steps"].insert(build, {"run": "python3 -m venv .venv\n.venv/bin/python -m pip install torch==2.13.0 "
+                                       "--index-url https://download.pytorch.org/whl/cpu"})
+
+
 def uploads_the_wrong_folder(wf):
     find_step(wf, lambda s: uses(s, "actions/upload-pages-artifact"))["with"]["path"] = "_build"
 
@@ -284,6 +294,7 @@ BREAKS = {
     "data after the tests": (data_fetched_after_the_tests, "before `make test`"),
     "unpinned action": (unpinned_action, "not pinned to a major version"),
     "no make book": (no_make_book, "no job runs `make book`"),
+    "torch before the book": (torch_before_the_book, "which needs none"),
     "wrong folder uploaded": (uploads_the_wrong_folder, "does not upload _build/html"),
     "deploys on pull requests": (deploys_on_pull_requests, "other than a push to main"),
     "deploys from any branch": (deploys_from_any_branch, "other than a push to main"),
