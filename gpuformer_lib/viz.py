@@ -3,8 +3,8 @@
 Covers: the roofline plot (measured ceilings, datasheet ceilings, operations placed on it);
 attention heat-maps, and an explorer widget (pick a head and a query) that keeps working in the
 static book because every view is rendered ahead of time and the controls are linked in the
-browser; and :func:`glue`, which hands a measured value to the book's prose through myst-nb (so
-no number in the text is typed by hand) and still works where myst-nb is not installed (Colab).
+browser; and :func:`glue` with :func:`prose`, which hand a measured value to the prose (so no number in the
+text is typed by hand): a prose cell's Markdown output reads the same in the book, JupyterLab and Colab.
 
 Also chapter 9's memory calculator (:func:`memory_calculator`): HTML controls and a script that
 recomputes in the page, so it works in the static book without a kernel; its formulas are ported to
@@ -22,6 +22,7 @@ import io
 import itertools
 import json
 import math
+import re
 import uuid
 from typing import Any, Sequence
 
@@ -41,8 +42,15 @@ class _PlainText:
         return self.text
 
 
+GLUED: dict[str, str] = {}
+"""Every value :func:`glue` recorded in this process, as the text the book shows (a string as itself, a number
+as its ``str``): what :func:`prose` fills its ``{{name}}`` slots with."""
+
+_SLOT = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+
+
 def glue(name: str, value: Any, display: bool = False) -> None:
-    """Record ``value`` under ``name`` for the book (``{glue:text}`name` `` in a markdown cell).
+    """Record ``value`` under ``name`` for the prose (``{{name}}`` in a :func:`prose` cell) and for myst-nb.
 
     Strings are glued as strings: their stored ``text/plain`` is the quoted ``repr``, which myst-nb's
     ``format_plain_text`` turns back into the exact string with ``ast.literal_eval``. (An unquoted
@@ -50,6 +58,7 @@ def glue(name: str, value: Any, display: bool = False) -> None:
     Without myst-nb the value is only displayed (when ``display`` is true), unquoted. Returns None,
     so a glue on a cell's last line adds no output.
     """
+    GLUED[name] = value if isinstance(value, str) else str(value)
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
@@ -59,6 +68,30 @@ def glue(name: str, value: Any, display: bool = False) -> None:
             ipy_display(_PlainText(value) if isinstance(value, str) else value)
         return
     myst_glue(name, str(value) if isinstance(value, str) else value, display=display)
+
+
+def prose(template: str):
+    """``template`` (Markdown) with each ``{{name}}`` replaced by the value :func:`glue` recorded under
+    ``name``, as a Markdown output: a sentence whose numbers and words the measurement chose.
+
+    A notebook writes such sentences in a code cell tagged ``remove-input`` and ``prose``: the book shows only
+    the rendered output, as part of the page's text, and JupyterLab and Colab render it below the cell (a
+    markdown cell's ``{glue:text}`` role rendered only in the book). Raises ``KeyError`` for a name nothing has
+    glued yet (the cell that measures it has not run), and ``ValueError`` for a template without a slot (plain
+    text belongs in a markdown cell)."""
+    from IPython.display import Markdown
+
+    if not isinstance(template, str):
+        raise TypeError(f"prose takes the Markdown text as a str, got {type(template).__name__}")
+    names = _SLOT.findall(template)
+    if not names:
+        raise ValueError("prose() text has no {{name}} slot: text that depends on no measured value belongs in a "
+                         "markdown cell")
+    missing = sorted({n for n in names if n not in GLUED})
+    if missing:
+        raise KeyError(f"prose() needs {', '.join(missing)}, which no cell has glued yet: run the cells above this "
+                       "one first (Run > Run All Above)")
+    return Markdown(_SLOT.sub(lambda m: GLUED[m.group(1)], template.strip("\n")))
 
 
 def plot_roofline(

@@ -35,10 +35,37 @@ def cells_fixture(name: str):
     return cells
 
 
+PROSE_TEMPLATE = re.compile(r'^prose\(r"""\n(.*)\n"""\)\s*$', re.S)
+
+
+def is_prose(cell) -> bool:
+    """A prose cell: code that renders a value-chosen paragraph (``viz.prose``), its input removed in the book."""
+    return cell["cell_type"] == "code" and "prose" in cell.get("metadata", {}).get("tags", [])
+
+
+def prose_markdown(cell) -> str:
+    """A prose cell's text as the markdown it replaced: each ``{{name}}`` read as ``{glue:text}`name```."""
+    match = PROSE_TEMPLATE.match("".join(cell["source"]))
+    assert match, f"a prose cell is not one prose(r\"\"\"...\"\"\") call: {''.join(cell['source'])[:80]!r}"
+    return re.sub(r"\{\{(\w+)\}\}", r"{glue:text}`\1`", match.group(1))
+
+
+def with_parts(cells, cell) -> list:
+    """The cell ``cell`` was split from, with all its parts, in order (ids ``<id>``, ``<id>-part2``, ...): code
+    that assembles a sentence, a view or a table was moved out of the cell that computes, into cells of its own,
+    folded in the book."""
+    base = re.sub(r"-part\d+$", "", str(cell.get("id", "")))
+    return [c for c in cells if re.fullmatch(re.escape(base) + r"(-part\d+)?", str(c.get("id", "")))]
+
+
 def text(cells, kind: str) -> str:
-    """The sources of the ``kind`` cells ("markdown" or "code"), one per line. Code is given with each bracketed
-    call on one line (:func:`joined_code`), as tests search it for calls."""
-    sources = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind)
+    """The sources of the ``kind`` cells ("markdown" or "code"), one per line. The prose is "markdown": the
+    markdown cells and the prose cells' text (:func:`prose_markdown`). Code is given with each bracketed call on
+    one line (:func:`joined_code`), as tests search it for calls."""
+    if kind == "markdown":
+        return "\n".join(prose_markdown(c) if is_prose(c) else "".join(c["source"]) for c in cells
+                         if c["cell_type"] == "markdown" or is_prose(c))
+    sources = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == kind and not is_prose(c))
     return joined_code(sources) if kind == "code" else sources
 
 

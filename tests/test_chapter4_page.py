@@ -8,12 +8,16 @@ import notebook_pages as pages
 cells = pages.cells_fixture("04_multi_head_attention.ipynb")
 
 
+def _with_parts(cells, cell_id):
+    return pages.with_parts(cells, next(c for c in cells if c.get("id") == cell_id))
+
+
 def _cell(cells, cell_id):
-    return pages.joined_code("".join(next(c for c in cells if c.get("id") == cell_id)["source"]))
+    return pages.joined_code("\n".join("".join(c["source"]) for c in _with_parts(cells, cell_id)))
 
 
 def _outputs(cells, cell_id):
-    return pages.outputs([next(c for c in cells if c.get("id") == cell_id)])
+    return pages.outputs(_with_parts(cells, cell_id))
 
 
 def test_every_glued_word_is_glued_by_a_code_cell(cells):

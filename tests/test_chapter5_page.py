@@ -14,7 +14,9 @@ def _cells():
 
 
 def _prose() -> str:
-    text = "\n".join("".join(c["source"]) for c in _cells() if c["cell_type"] == "markdown")
+    import notebook_pages
+
+    text = notebook_pages.text(_cells(), "markdown")  # markdown cells and prose cells
     return re.sub(r"\{glue:text\}`[^`]*`", "<glued>", text)
 
 

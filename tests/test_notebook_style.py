@@ -11,6 +11,8 @@ MAX_LINE = 79
 def long_lines(nb, limit: int = MAX_LINE) -> list[str]:
     found = []
     for index, cell in enumerate(code_cells(nb)):
+        if "prose" in cell.metadata.get("tags", []):
+            continue  # a prose cell's input is removed in the book: its text is the page's, wrapped there
         for number, line in enumerate(cell.source.splitlines(), 1):
             if len(line) > limit:
                 found.append(f"code cell {index} line {number} ({len(line)} characters): {line.strip()[:60]}")

@@ -69,13 +69,134 @@ def test_opens_with_hardware_and_preset(path):
     assert text.startswith("device") and "size preset" in text
 
 
+def course_version() -> str:
+    import tomllib
+
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_colab_setup_cell_installs_this_repository(path):
+def test_colab_setup_cell_installs_this_repository_at_the_version_of_pyproject(path):
+    """Colab installs the course at the tag named after pyproject.toml's version (not an unpinned main, which
+    may have moved on from the notebook the learner opened)."""
     url = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())["repository"]["url"]
     first = code_cells(load(path))[0]
     assert "google.colab" in first.source, f"{path.name}: the first code cell must be the Colab set-up"
     installed = re.findall(r"git\+(\S+?)[\"']", first.source)
-    assert installed == [url], f"{path.name}: the set-up cell installs {installed}, _config.yml names {url}"
+    assert installed == [f"{url}@v{course_version()}"], \
+        f"{path.name}: the set-up cell installs {installed}, not {url} at the tag v{course_version()}"
+
+
+# Modules a chapter reaches that the package's dependencies do not install, and why a learner on Colab has them
+# or the chapter runs without them.
+NOT_DEPENDENCIES = {
+    "IPython": "every Jupyter kernel has it",
+    "ipywidgets": "Colab and JupyterLab ship it; viz draws a static view without it",
+    "myst_nb": "the book's glue store only: viz.glue works without it",
+    "pynvml": "the gpu extra (nvidia-ml-py), read only on an NVIDIA GPU and skipped where it is missing",
+    "psutil": "a dependency where there is no /proc (not Linux); Colab ships it",
+    "triton": "part of PyTorch's CUDA build on Linux, as on Colab's GPU runtimes",
+    "nbformat": "the tools extra: imported only by the tools that read notebook files, inside their functions",
+    "yaml": "the tools extra: imported only by the tools that read _toc.yml, inside their functions",
+}
+
+
+def _imports(source: str) -> set[str]:
+    import ast
+
+    source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
+def _library_file(module: str):
+    path = REPO_ROOT.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def reached_modules(source: str) -> set[str]:
+    """Top-level third-party modules that ``source`` imports, directly or through the library's modules (their
+    imports anywhere in the file, functions included, relative ones followed), plus the ONNX packages that
+    ``deploy`` imports by name."""
+    import ast
+    import sys
+
+    seen, third, todo = set(), set(), list(_imports(source))
+    while todo:
+        module = todo.pop()
+        top = module.split(".")[0]
+        if top != "gpuformer_lib":
+            if top not in sys.stdlib_module_names:
+                third.add(top)
+            continue
+        path = _library_file(module)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        text = path.read_text(encoding="utf-8")
+        if path.stem == "deploy":
+            from gpuformer_lib.deploy import ONNX_PACKAGES
+
+            third |= set(ONNX_PACKAGES)
+        todo += _imports(text)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                package = ".".join(base.relative_to(REPO_ROOT).parts)
+                module = package + (f".{node.module}" if node.module else "")
+                todo += [module, *(f"{module}.{a.name}" for a in node.names)]
+    return third
+
+
+def installed_by_the_package() -> set[str]:
+    """Top-level modules of the package's dependencies (pyproject.toml) and of everything they require."""
+    import importlib.metadata as md
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names, todo = set(), [Requirement(d).name for d in deps]
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in names:
+            continue
+        names.add(name)
+        try:
+            todo += [Requirement(r).name for r in (md.requires(name) or []) if "extra ==" not in r]
+        except md.PackageNotFoundError:
+            continue
+    modules = set()
+    for module, dists in md.packages_distributions().items():
+        if any(d.lower().replace("_", "-") in names for d in dists):
+            modules.add(module)
+    return modules
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_what_a_chapter_imports_is_installed_by_its_first_cell(path):
+    """The first cell installs the package, which brings its dependencies: every module the chapter reaches is one
+    of them, or a documented exception (chapter 16's ONNX packages are dependencies, so Colab has them)."""
+    code = "\n".join(c.source for c in code_cells(load(path)))
+    missing = reached_modules(code) - installed_by_the_package() - set(NOT_DEPENDENCIES)
+    assert not missing, f"{path.name} imports {sorted(missing)}, which its first cell does not install"
+
+
+def test_the_import_check_follows_the_library():
+    assert {"onnx", "onnxscript", "onnxruntime"} <= reached_modules("from gpuformer_lib import deploy")
+    assert "sacrebleu" in reached_modules("from gpuformer_lib import generate")
+    assert reached_modules("import pandas\nimport json") == {"pandas"}
+    assert "pandas" not in installed_by_the_package()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -60,7 +60,7 @@ def code(name: str) -> str:
 
 
 def test_the_article_the_course_started_from_is_pointed_at_for_a_newcomer():
-    assert "second of the articles this course started from (see the {doc}`introduction" in markdown(SETUP)
+    assert "second of the articles this course started from (see the [introduction](../book/intro.md)" in markdown(SETUP)
 
 
 def test_no_profile_or_registry_number_is_typed_in_the_prose():

@@ -162,15 +162,16 @@ _HEADING = re.compile(r"^\s*#{1,6}\s")
 def course_exercises(nb: dict, names: set[str]) -> list[Exercise]:
     """The exercises of an instructor's notebook (those of :func:`expected_exercises`, in order), each with its
     number: that of the nearest exercise label above its first non-solution code cell, where a label is a markdown
-    heading ``### Exercise 3.1: ...`` or a paragraph opening with ``**13.2 ...**``, and any other heading in
-    between ends the exercise (no number). A cell that calls several checks gives each a letter, in the order the
-    cell calls them (``1.4a``, ``1.4b``)."""
+    heading ``### Exercise 3.1: ...`` or a paragraph opening with ``**13.2 ...**`` (in a markdown cell, or in a
+    prose cell's text: ``viz.prose``), and any other heading in between ends the exercise (no number). A cell that
+    calls several checks gives each a letter, in the order the cell calls them (``1.4a``, ``1.4b``)."""
     numbers: dict[str, str | None] = {}
     stubs: dict[str, list[str]] = {}
     current: str | None = None
     for cell in nb["cells"]:
         source = _source(cell)
-        if cell.get("cell_type") == "markdown":
+        prose = "prose" in cell.get("metadata", {}).get("tags", [])
+        if cell.get("cell_type") == "markdown" or prose:
             for line in source.splitlines():
                 label = _EXERCISE_LABEL.match(line)
                 if label:
