@@ -4,7 +4,7 @@ A sentence whose words or numbers a measurement chose is a *prose cell*: ``prose
 tagged ``remove-input`` and ``prose``, its ``{{name}}`` slots filled with the values ``glue`` recorded. The book
 shows only its Markdown output, as part of the page; Lab and Colab render that output too. Markdown cells hold
 only what no value chooses, and no role (``{glue:text}``, ``{doc}``, ``{term}``), which Lab and Colab would show
-raw. Every paragraph the roles used to fill (``tests/data/value_sentences.json``, kept from before the change)
+raw. Every paragraph the roles used to fill (``tests/value_sentences.json``, kept from before the change)
 must still render in the built book, and each chapter shows at most half the code lines it showed before
 (assembly folded: one click shows it).
 """
@@ -28,7 +28,7 @@ FOLDED = {"hide-input", "remove-input", "remove-cell", "hide-cell"}
 # code lines each chapter showed in the book on 2026-11-27, before assembly code was folded (issue 32's count)
 SHOWN_BEFORE = {"00": 313, "01": 1133, "02": 1057, "03": 933, "04": 878, "05": 1034, "06": 1122, "07": 832,
                 "08": 640, "09": 976, "10": 658, "11": 499, "12": 752, "13": 922, "14": 908, "15": 1080, "16": 795}
-SENTENCES = json.loads((REPO_ROOT / "tests" / "data" / "value_sentences.json").read_text(encoding="utf-8"))
+SENTENCES = json.loads((REPO_ROOT / "tests" / "value_sentences.json").read_text(encoding="utf-8"))
 
 
 # --------------------------------------------------------------------------- viz.prose
@@ -160,12 +160,16 @@ def static_pieces(markdown: str) -> list[str]:
     text = re.sub(r"\{term\}`([^`]*)`", r"\1", text)  # a glossary term: the term (the link a page now has)
     # a value, a page's title (a {doc} role without text) and math split the paragraph into runs
     pieces = re.split(r"\{glue:text\}`[^`]+`|\{doc\}`[^`]+`|\$\$.*?\$\$|\$[^$]*\$", text, flags=re.S)
+    # and into sentences: a sentence that needed a value measured further down moved below it, as its own
+    # paragraph, and the rest of its paragraph stayed
+    pieces = [s for p in pieces for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*`(\[])", p)]
     return [" ".join(_words(p)) for p in pieces if len(_words(p)) >= 3]
 
 
 def test_static_pieces_split_at_values_and_math():
     assert static_pieces("It ran {glue:text}`x` faster than $O(T^2)$ on **both** [chips](a.md) here, really.") \
         == ["on both chips here really"]
+    assert static_pieces("One two three. Four five six {glue:text}`x` seven.") == ["One two three", "Four five six"]
     assert static_pieces("See {term}`the first article <seed articles>` and {term}`seed articles` in {doc}`x`, "
                          "then go on reading.") == ["See the first article and seed articles in", "then go on reading"]
 
