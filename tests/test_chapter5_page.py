@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import notebook_pages
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_encoder_decoder.ipynb"
 
 
@@ -14,8 +16,6 @@ def _cells():
 
 
 def _prose() -> str:
-    import notebook_pages
-
     text = notebook_pages.text(_cells(), "markdown")  # markdown cells and prose cells
     return re.sub(r"\{glue:text\}`[^`]*`", "<glued>", text)
 

@@ -2,6 +2,7 @@
 floor no lower than the APIs the library calls (findings B8, B9, B17)."""
 
 import ast
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -9,7 +10,10 @@ import sys
 import textwrap
 import tomllib
 
-from gpuformer_lib.tools.notebooks import REPO_ROOT, notebook_paths
+import pytest
+
+from gpuformer_lib.tools.notebooks import REPO_ROOT, code_cells, notebook_paths, read_notebook
+from package_imports import canonical, imports, installed_closure, third_party
 
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 # import name -> distribution name, where they differ
@@ -35,19 +39,87 @@ def _sources():
 
 def imported_by_notebooks() -> set[str]:
     """Third-party modules the notebooks import, directly or through the library."""
-    names = set()
-    for source in _sources():
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Import):
-                names |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module.split(".")[0])
-    return names - set(sys.stdlib_module_names) - {"gpuformer_lib"}
+    return {name for source in _sources() for name in third_party(imports(source))} - {"gpuformer_lib"}
 
 
 def test_the_package_declares_what_the_notebooks_import():
     missing = {n for n in imported_by_notebooks() - PROVIDED if DISTRIBUTION.get(n, n).lower() not in declared()}
     assert not missing, f"notebooks import {sorted(missing)}, which pyproject.toml does not declare"
+
+
+# Modules a chapter reaches that the package's own dependencies do not install, beyond PROVIDED, and why a learner
+# on Colab has them or the chapter runs without them.
+OPTIONAL = {
+    "pynvml": "the gpu extra (nvidia-ml-py), read only on an NVIDIA GPU and skipped where it is missing",
+    "psutil": "a dependency where there is no /proc (not Linux); Colab ships it",
+    "nbformat": "the tools extra: imported only by the tools that read notebook files, inside their functions",
+    "yaml": "the tools extra: imported only by the tools that read _toc.yml, inside their functions",
+}
+
+
+def _library_file(module: str):
+    path = REPO_ROOT.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def reached_modules(source: str) -> set[str]:
+    """Top-level third-party modules that ``source`` imports, directly or through the library's modules (their
+    imports anywhere in the file, functions included, relative ones followed), plus the ONNX packages that
+    ``deploy`` imports by name."""
+    seen, third, todo = set(), set(), list(imports(source))
+    while todo:
+        module = todo.pop()
+        if module.split(".")[0] != "gpuformer_lib":
+            third |= third_party({module})
+            continue
+        path = _library_file(module)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        text = path.read_text(encoding="utf-8")
+        if path.stem == "deploy":
+            from gpuformer_lib.deploy import ONNX_PACKAGES
+
+            third |= set(ONNX_PACKAGES)
+        todo += imports(text)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                package = ".".join(base.relative_to(REPO_ROOT).parts)
+                module = package + (f".{node.module}" if node.module else "")
+                todo += [module, *(f"{module}.{a.name}" for a in node.names)]
+    return third
+
+
+def installed_by_the_package() -> set[str]:
+    """Top-level modules of the package's dependencies (pyproject.toml, no extras) and of what they require."""
+    from packaging.requirements import Requirement
+
+    dists = installed_closure({Requirement(d).name for d in PYPROJECT["project"]["dependencies"]})
+    return {module for module, names in importlib.metadata.packages_distributions().items()
+            if any(canonical(n) in dists for n in names)}
+
+
+@pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.name)
+def test_what_a_chapter_imports_is_installed_by_its_first_cell(path):
+    """The first cell installs the package, which brings its dependencies, not its extras: every module the
+    chapter reaches is one of them, or provided (PROVIDED) or optional (OPTIONAL); chapter 16's ONNX packages are
+    dependencies, so Colab has them."""
+    code = "\n".join(c.source for c in code_cells(read_notebook(path)))
+    missing = reached_modules(code) - installed_by_the_package() - PROVIDED - set(OPTIONAL)
+    assert not missing, f"{path.name} imports {sorted(missing)}, which its first cell does not install"
+
+
+def test_the_import_check_follows_the_library():
+    assert {"onnx", "onnxscript", "onnxruntime"} <= reached_modules("from gpuformer_lib import deploy")
+    assert "sacrebleu" in reached_modules("from gpuformer_lib import generate")
+    assert reached_modules("import pandas\nimport json") == {"pandas"}
+    assert "pandas" not in installed_by_the_package()
 
 
 def test_sacrebleu_is_a_dependency_and_nvml_an_extra():

@@ -9,10 +9,10 @@ must still render in the built book, and each chapter shows at most half the cod
 (assembly folded: one click shows it).
 """
 
+import ast
 import html as html_lib
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -116,10 +116,8 @@ def test_each_prose_cell_renders_values_glued_above_it(path):
         for out in cell.get("outputs", []):
             name = out.get("metadata", {}).get("scrapbook", {}).get("name")
             if name and RECORD in out.get("data", {}):
-                value = json.loads(json.dumps(out["data"][RECORD]))
-                value = "".join(value) if isinstance(value, list) else value
-                import ast
-                parsed = ast.literal_eval(value)
+                value = out["data"][RECORD]
+                parsed = ast.literal_eval("".join(value) if isinstance(value, list) else value)
                 glued[name] = parsed if isinstance(parsed, str) else str(parsed)
     expected = len(SENTENCES["notebooks"].get(path.name, [])) > 0
     assert (count > 0) == expected, f"{path.name}: {count} prose cells"

@@ -5,7 +5,6 @@ install; what the book's build imports (its Sphinx extensions) comes from those 
 
 import importlib.metadata
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuformer_lib.tools.notebooks import REPO_ROOT
+from package_imports import canonical, imports, installed_closure, third_party
 
 yaml = pytest.importorskip("yaml", reason="PyYAML comes with jupyter-book (make test installs it)")
 requirements = pytest.importorskip("packaging.requirements", reason="packaging comes with pip's tools and Sphinx")
@@ -21,10 +21,6 @@ requirements = pytest.importorskip("packaging.requirements", reason="packaging c
 BOOK = REPO_ROOT / "requirements-book.txt"
 FULL = REPO_ROOT / "requirements.txt"
 NEVER_FOR_THE_BOOK = {"torch", "triton", "gpuformer-lib"}
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirement_lines(text: str) -> list[str]:
@@ -67,42 +63,15 @@ def test_book_requirements_that_drift_are_refused(edit, hint):
     assert any(hint in problem for problem in found), found
 
 
-def installed_closure(names: set[str]) -> set[str]:
-    """The installed distributions that ``names`` bring, themselves included (their dependencies whose markers
-    hold here, without extras)."""
-    seen, todo = set(), [canonical(n) for n in names]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            dependencies = importlib.metadata.requires(name) or []
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        for spec in dependencies:
-            req = requirements.Requirement(spec)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(canonical(req.name))
-    return seen
-
-
 def modules_the_build_imports() -> set[str]:
     """Top-level modules the book's build loads beyond jupyter-book's own: the extensions _config.yml names and
     what the local extensions (book/_ext) import."""
-    import ast
-
     config = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())
     sphinx = config.get("sphinx", {})
     modules = {name.split(".")[0] for name in sphinx.get("extra_extensions", [])}
     for name, folder in sphinx.get("local_extensions", {}).items():
-        tree = ast.parse((REPO_ROOT / folder / f"{name}.py").read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                modules |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                modules.add(node.module.split(".")[0])
-    return modules - set(sys.stdlib_module_names) - {"__future__"}
+        modules |= third_party(imports((REPO_ROOT / folder / f"{name}.py").read_text()))
+    return modules - set(sys.stdlib_module_names)
 
 
 def test_what_the_build_imports_comes_with_the_book_requirements_and_brings_no_torch():
