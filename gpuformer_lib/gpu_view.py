@@ -21,15 +21,16 @@ Leaves out: measuring (``bench``), the registry's entries (``published_figures``
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 import numbers
+import re
 from typing import Sequence
 
 import torch
 
-from gpuformer_lib import bench
-from gpuformer_lib.published import KINDS, figure, format_value
+from gpuformer_lib import bench, gpu_results
+from gpuformer_lib.gpu_results import shown
+from gpuformer_lib.published import KINDS, figure
 
 PREDICTION_GPUS = ("T4", "H100 SXM")
 """The two GPUs every chapter predicts for: the Colab T4 a learner may have, and a data-centre H100."""
@@ -142,6 +143,8 @@ class ViewRow:
     basis: str
     """How it was obtained: the measurement, the model and its inputs, or the source."""
     url: str = ""
+    key: str = ""
+    """A published row's key in the registry: the book links its value to the appendix's entry."""
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -153,6 +156,33 @@ class ViewRow:
         if self.unit.strip() == "%" and self.value > 100:
             raise bench.ImpossibleValueError(f"{self.quantity} = {self.value:.0f} % is over 100 %: check the "
                                              "ceiling it is a fraction of")
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteLink:
+    """A quantity of the view that the GPU suite measures: its committed results show in the view's row of that
+    quantity, one column per device (:mod:`gpuformer_lib.gpu_results`)."""
+
+    quantity: str
+    item: str
+    """The suite item's key, ``chNN.name`` (``python -m gpuformer_lib.gpu_suite --list``)."""
+    path: str
+    """Where the number is in the item's record: ``values.NAME``, ``measurements.NAME`` (its median),
+    ``comparisons.NAME.speedup``."""
+    unit: str
+    scale: float = 1.0
+    """What the stored number is multiplied by to be in ``unit`` (stored seconds shown in ms: 1e3)."""
+
+    def __post_init__(self):
+        # the item's existence is checked by tests/test_gpu_results.py: importing the suite's items here would
+        # import its kernels into every chapter
+        if not re.fullmatch(r"ch\d\d\.[a-z0-9_]+", self.item):
+            raise ValueError(f"item must be a suite item's key such as 'ch05.training_step', got {self.item!r}")
+        if self.path.split(".")[0] not in ("values", "measurements", "comparisons") or self.path.count(".") < 1:
+            raise ValueError(f"path must be values.NAME, measurements.NAME or comparisons.NAME.FIELD, got "
+                             f"{self.path!r}")
+        if not (isinstance(self.scale, numbers.Real) and math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale must be a positive number, got {self.scale!r}")
 
 
 def device_label() -> str:
@@ -186,25 +216,31 @@ def published(key: str, quantity: str | None = None) -> ViewRow:
     """The registry's figure ``key`` as a row; ``quantity`` renames it to match the rows it compares with."""
     f = figure(key)
     return ViewRow(quantity or f.quantity, "published", f.hardware, float(f.value), f.unit,
-                   f"{f.title}, {f.where}", f.url)
+                   f"{f.title}, {f.where}", f.url, f.key)
 
 
-_KIND_COLOUR = {"measured": "#1b7837", "predicted": "#2166ac", "published": "#762a83"}
-"""One colour per kind, so a reader tells them apart at a glance (the word is always there too)."""
+def on_gpus(quantity: str, item: str, path: str, unit: str, *, scale: float = 1.0) -> SuiteLink:
+    """The row of ``quantity`` shows every committed GPU measurement of suite ``item`` at ``path`` (in ``unit``,
+    the stored number times ``scale``), and says plainly where none has been committed yet."""
+    return SuiteLink(quantity, item, path, unit, float(scale))
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuView:
-    """The rows of a chapter's GPU view; shows as an HTML table in a notebook and as text elsewhere."""
+    """The rows of a chapter's GPU view and its links to the GPU suite; shows as an HTML table in a notebook
+    (one row per quantity, one column per device) and as text elsewhere."""
 
     title: str
     rows: tuple[ViewRow, ...]
+    links: tuple[SuiteLink, ...] = ()
 
     def __post_init__(self):
         if not self.rows:
             raise ValueError("a GPU view needs at least one row")
         if not all(isinstance(r, ViewRow) for r in self.rows):
             raise TypeError("rows must be ViewRows: build them with measured(), predicted() and published()")
+        if not all(isinstance(link, SuiteLink) for link in self.links):
+            raise TypeError("links must be SuiteLinks: build them with on_gpus()")
 
     def kinds(self) -> set[str]:
         return {r.kind for r in self.rows}
@@ -216,61 +252,35 @@ class GpuView:
             raise KeyError(f"{len(hits)} rows for {quantity!r} {kind} {device_contains!r}, expected one")
         return hits[0].value
 
+    def spec(self) -> dict:
+        """Everything the view shows but the committed GPU results: what the page stores, so that the book's
+        build can draw the view again with the results committed since (``gpu_results.redraw_views``)."""
+        here = next((r.device for r in self.rows if r.kind == "measured"), "")
+        return {"title": self.title, "here": here, "rows": [dataclasses.asdict(r) for r in self.rows],
+                "links": [dataclasses.asdict(link) for link in self.links]}
+
     def __str__(self) -> str:
         header = ("quantity", "kind", "device", "value", "basis")
-        table = [header] + [(r.quantity, r.kind, r.device, f"{_shown(r.value, r.unit)} {r.unit}", r.basis)
+        table = [header] + [(r.quantity, r.kind, r.device, f"{shown(r.value, r.unit)} {r.unit}", r.basis)
                             for r in self.rows]
         widths = [max(len(row[i]) for row in table) for i in range(4)]
         lines = [self.title]
         for row in table:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4])
+        if self.links:
+            lines.append("measured on GPUs (committed suite results): "
+                         + "; ".join(f"{link.quantity} <- {link.item} {link.path}" for link in self.links))
         return "\n".join(lines)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        esc = html.escape
-        body = []
-        for r in self.rows:
-            basis = esc(r.basis)
-            if r.url:
-                basis = f'<a href="{esc(r.url)}">{basis}</a>'
-            cell = "padding:2px 8px;vertical-align:top"
-            body.append(
-                f'<tr class="gpuview-{r.kind}"><td style="{cell}">{esc(r.quantity)}</td>'
-                f'<td style="{cell};color:{_KIND_COLOUR[r.kind]}"><b>{r.kind}</b></td>'
-                f'<td style="{cell}">{esc(r.device)}</td>'
-                f'<td style="{cell};text-align:right;white-space:nowrap">{esc(_shown(r.value, r.unit))} '
-                f'{esc(r.unit)}</td><td style="{cell}">{basis}</td></tr>')
-        return (f"<table class='gpuview'><caption style='caption-side:top;text-align:left'><b>{esc(self.title)}"
-                "</b> &mdash; <b>measured</b>: on the device that ran this page; <b>predicted</b>: the course's "
-                "models from datasheet figures; <b>published</b>: a cited source (appendix)</caption>"
-                "<tr><th>quantity</th><th>kind</th><th>device</th><th>value</th><th>basis</th></tr>"
-                + "".join(body) + "</table>")
+        return gpu_results.render_view(self.spec(), gpu_results.load_results())
 
 
-ONE_DECIMAL_UNITS = ("(major.minor)",)
-"""Units whose values always show one decimal: a compute capability 9.0 is '9.0', never '9'."""
-
-
-def _shown(value: float, unit: str) -> str:
-    """The value as a view shows it: one decimal for :data:`ONE_DECIMAL_UNITS`, else three significant figures."""
-    if unit.strip() in ONE_DECIMAL_UNITS:
-        return f"{value:.1f}"
-    return format_value(_round(value))
-
-
-def _round(value: float) -> float:
-    """Three significant figures for display (the stored value keeps every digit); a whole number is shown
-    whole (a published 15102 MBytes stays 15102, as its quote writes it)."""
-    if value == 0:
-        return 0.0
-    if float(value).is_integer():
-        return value
-    digits = 3 - int(math.floor(math.log10(abs(value)))) - 1
-    return round(value, digits)
-
-
-def gpu_view(title: str, rows: Sequence[ViewRow]) -> GpuView:
-    """A chapter's GPU view from its rows (measured, predicted and published)."""
-    return GpuView(title, tuple(rows))
+def gpu_view(title: str, rows: Sequence[ViewRow | SuiteLink]) -> GpuView:
+    """A chapter's GPU view from its rows (measured, predicted and published) and its links to the GPU suite
+    (:func:`on_gpus`), in any order."""
+    rows = tuple(rows)
+    return GpuView(title, tuple(r for r in rows if not isinstance(r, SuiteLink)),
+                   tuple(r for r in rows if isinstance(r, SuiteLink)))

@@ -76,6 +76,12 @@ class PublishedFigure:
         return f"{format_value(self.value)} {self.unit}"
 
 
+def figure_anchor(key: str) -> str:
+    """The HTML id of a figure's entry on the appendix page (what Sphinx makes of the label: dots become
+    hyphens), which a GPU view's published value links to."""
+    return "fig-" + re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")
+
+
 def format_value(value: float) -> str:
     """The number as written in a source: no trailing zeros, thousands not separated."""
     return f"{value:g}" if abs(value) < 1e6 else f"{value:.0f}"
@@ -131,6 +137,7 @@ def appendix_markdown() -> str:
         lines += [f"## First shown in chapter {chapter}", ""]
         for e in by_chapter[chapter]:
             lines += [
+                f"({figure_anchor(e.key)})=",  # the anchor a GPU view's published value links to
                 f"### `{e.key}`: {e.label}",
                 "",
                 f"- **What**: {e.quantity}",

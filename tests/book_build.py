@@ -11,7 +11,8 @@ from pathlib import Path
 
 from gpuformer_lib.tools.notebooks import REPO_ROOT
 
-SOURCES = ("_config.yml", "_toc.yml", "book", "notebooks", "gpuformer_lib", "scripts")
+SOURCES = ("_config.yml", "_toc.yml", "book", "notebooks", "gpuformer_lib", "scripts", "bench_results")
+"""What the build reads: ``bench_results`` holds the committed GPU results that the GPU views show."""
 
 
 def build_book(tmp_path_factory) -> Path:

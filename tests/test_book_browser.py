@@ -287,3 +287,69 @@ def test_widgets_fit_a_phone_screen(site, browser):
             assert right <= 400 + 1, f"{path}: a widget reaches {right:.0f} px, past the phone's 400 px"
             wide = page.evaluate("() => document.documentElement.scrollWidth")
             assert wide <= 400 + 1, f"{path}: the page scrolls sideways on a phone ({wide} px wide)"
+
+
+BROKEN_WORDS = """(root) => {
+  root.querySelectorAll('details').forEach(d => { d.open = true; });
+  const broken = [], range = document.createRange();
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (node.parentElement.closest('style, script')) continue;
+    // a word, or the part of one up to a hyphen or an identifier's underscore (a line may end after either), or
+    // one CJK character (Japanese and Chinese break between any two)
+    const words = /[^\\s\\-_\\u3000-\\u9fff\\uff00-\\uffef]+[-_]?|[\\u3000-\\u9fff\\uff00-\\uffef]/g;
+    let m;
+    while ((m = words.exec(node.textContent))) {
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.bottom)));
+      if (lines.size > 1) broken.push(m[0]);
+    }
+  }
+  return broken;
+}"""
+"""The words of an element that a line break cuts in two (a word whose pieces sit on different lines), with its
+folded notes opened first. A break after a hyphen or an identifier's underscore, or between two CJK characters,
+is where a line may end."""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_gpu_views_break_no_word_and_fit_their_column(site, browser, width):
+    """Every GPU view, and the appendix of GPU measurements, at a phone's and a desktop's width: no word broken
+    inside, nothing wider than the text column (on a phone each quantity becomes a card), and the GPUs whose
+    results are committed shown on the pages."""
+    from gpuformer_lib import gpu_results
+
+    _, base = site
+    devices = [run["device"]["name"] for run in (gpu_results.load_results() or {}).values()]
+    problems, views = [], 0
+    with Page(browser, width=width, height=900) as view:
+        for path in [p for p in toc_pages() if p.startswith("notebooks/")] + ["book/gpu_measurements.html"]:
+            page = view.open(f"{base}/{path}")
+            column = page.evaluate("() => document.querySelector('article.bd-article').getBoundingClientRect()"
+                                   ".right")
+            blocks = page.locator(".gpuview-block, .gv-appendix-block")
+            views += blocks.count()
+            for i in range(blocks.count()):
+                block = blocks.nth(i)
+                broken = block.evaluate(BROKEN_WORDS)
+                if broken:
+                    problems.append(f"{path} view {i}: words broken inside at {width} px: {broken[:5]}")
+                box = block.bounding_box()
+                if box["x"] + box["width"] > column + 1:
+                    problems.append(f"{path} view {i}: reaches {box['x'] + box['width']:.0f} px, past the column's "
+                                    f"{column:.0f} px at {width} px")
+                wide = block.evaluate("(b) => [...b.querySelectorAll('.gpuview-scroll')].filter(s => "
+                                      "s.scrollWidth > s.clientWidth + 1).length")
+                if wide:
+                    problems.append(f"{path} view {i}: its table scrolls sideways at {width} px")
+            if path.endswith(("02_gpu_programming.html", "05_encoder_decoder.html")):
+                text = page.locator(".gpuview-block").first.inner_text()
+                for device in devices if "05_" in path else []:
+                    if device not in text:
+                        problems.append(f"{path}: the committed {device} is not in chapter 5's view")
+                page.locator(".gpuview-block").first.scroll_into_view_if_needed()
+                shot(page, f"{path.split('/')[-1][:2]}_gpu_view_{width}px.png")
+    assert views >= 18, f"only {views} GPU views found"
+    assert not problems, "\n".join(problems)

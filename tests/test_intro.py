@@ -90,23 +90,19 @@ def test_an_intro_that_is_not_current_is_refused(edit, hint):
 
 
 def test_what_the_intro_says_of_the_gpu_views_holds():
-    """The intro says every page of this edition was run on a CPU, no measured row comes from a GPU, and the first
-    GPU measurements are stored in bench_results/gpu/nvidia-h200/. When a page is re-executed on a GPU, or a GPU
-    view shows the suite's numbers (a later issue), this fails: update the intro's "Three kinds of GPU number"."""
+    """The intro says every page of this edition was run on a CPU and that the GPU views read the committed suite
+    results. When a page is re-executed on a GPU, this fails: update the intro's "Three kinds of GPU number"."""
+    from gpuformer_lib import gpu_results
+
     text = INTRO.read_text()
     assert "every chapter ends its measurements with a **GPU view**" in text
-    assert not re.search(r"chapter from \d+ to \d+ ends", text), "the GPU views are no longer limited to chapters 0-6"
     assert "every page of this edition was run on a CPU" in text
-    assert "The GPU views do not show them yet" in text
-    suite = REPO_ROOT / "bench_results" / "gpu" / "nvidia-h200"
-    assert "`bench_results/gpu/nvidia-h200/`" in text and (suite / "suite.json").is_file()
+    assert "committed under `bench_results/gpu/`" in text and gpu_results.load_results()
     for _, path in toc_chapters():
         notebook = json.loads((REPO_ROOT / f"{path}.ipynb").read_text())
         hardware = notebook["metadata"].get("gpuformer", {}).get("hardware", {})
         assert hardware.get("gpu_name") is None, f"{path} was run on {hardware['gpu_name']}: not a CPU"
-        for cell in notebook["cells"]:
-            for output in cell.get("outputs", []):
-                page = "".join(output.get("data", {}).get("text/html", ""))
-                for row in re.findall(r'<tr class="gpuview-measured">(.*?)</tr>', page, re.S):
-                    device = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)[2]
-                    assert "this page&#x27;s CPU" in device, f"{path}: a measured row from {device}"
+        for _, spec in gpu_results.notebook_specs([REPO_ROOT / f"{path}.ipynb"]):
+            for row in spec["rows"]:
+                if row["kind"] == "measured":
+                    assert "CPU" in row["device"], f"{path}: a measured row from {row['device']}"

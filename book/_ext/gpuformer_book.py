@@ -1,5 +1,5 @@
-"""Two small additions to the book's HTML: a Sphinx fix for the Sphinx 7 series that Jupyter Book 1
-requires, and a class on text outputs laid out in columns.
+"""Small additions to the book's HTML: a Sphinx fix for the Sphinx 7 series that Jupyter Book 1
+requires, a class on text outputs laid out in columns, and the GPU views drawn from the committed GPU results.
 
 Inline scripts that an extension registers after the HTML builder has started (sphinx-thebe's
 ``const THEBE_JS_URL = ...`` configuration, sphinx-togglebutton's selector) were written twice
@@ -15,9 +15,16 @@ Text outputs wrap at the column's edge, as JupyterLab shows them (``gpuformer-bo
 output lines are sentences. A table printed in columns would be torn apart by wrapping, so an output
 whose lines are aligned in columns gets the class ``gpuformer-columns`` and keeps its lines (it
 scrolls sideways where it is wider than the column).
+
+Every chapter's GPU view stores its specification in the page; the build draws each view again from it and
+from the result files committed under ``bench_results/gpu/`` (``gpuformer_lib.gpu_results``, which needs no
+torch), so committing a GPU run's files shows that device on every page without re-running a chapter. The
+appendix page ``book/gpu_measurements.md`` gets every committed item on every device in place of its marker.
 """
 
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -72,8 +79,47 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, contex
     context["script_files"] = kept
 
 
+APPENDIX_MARK = "<!-- gpu-measurements -->"
+
+
+def _gpu_results(app: Sphinx):
+    """``gpuformer_lib.gpu_results`` from the checkout being built (the book's build installs no library)."""
+    root = str(Path(app.srcdir).resolve())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from gpuformer_lib import gpu_results
+
+    return gpu_results
+
+
+def load_gpu_results(app: Sphinx) -> None:
+    gpu_results = _gpu_results(app)
+    app.env.gpuformer_gpu_results = gpu_results.load_results(Path(app.srcdir) / "bench_results" / "gpu")
+
+
+def redraw_gpu_views(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """Draw the page's GPU views again with the committed results (see the module docstring)."""
+    body = context.get("body")
+    if body and "gpuview-block" in body:
+        context["body"] = _gpu_results(app).redraw_views(body, getattr(app.env, "gpuformer_gpu_results", None))
+
+
+def fill_gpu_appendix(app: Sphinx, docname: str, source: list[str]) -> None:
+    """The appendix of GPU measurements: the marker becomes every committed item on every device."""
+    if APPENDIX_MARK not in source[0]:
+        return
+    gpu_results = _gpu_results(app)
+    notebooks = sorted((Path(app.srcdir) / "notebooks").glob("*.ipynb"))
+    table = gpu_results.appendix_html(gpu_results.load_results(Path(app.srcdir) / "bench_results" / "gpu"),
+                                      gpu_results.notebook_specs(notebooks))
+    source[0] = source[0].replace(APPENDIX_MARK, "```{raw} html\n" + table + "\n```")
+
+
 def setup(app: Sphinx) -> dict:
     # Late (priority 900), after the extensions that add a page's scripts on this event.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
     app.connect("doctree-resolved", mark_column_outputs)
+    app.connect("builder-inited", load_gpu_results)
+    app.connect("html-page-context", redraw_gpu_views)
+    app.connect("source-read", fill_gpu_appendix)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

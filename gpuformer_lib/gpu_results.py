@@ -1,0 +1,490 @@
+"""Committed GPU measurements on the page: reading the suite's result files and drawing a chapter's GPU view.
+
+A chapter's GPU view (:mod:`gpuformer_lib.gpu_view`) holds the numbers its page computed (measured on the
+device that ran it, predicted, published) and *links*: "this quantity is what suite item ``ch05.training_step``
+stores at ``measurements.decoder_lm_step``". The numbers of a GPU come from the result files that
+``python -m gpuformer_lib.gpu_suite`` writes under ``bench_results/gpu/<device>/`` and that are committed:
+this module reads them whenever a view is drawn, so committing a run's files shows its device on every page
+without re-running any chapter. The book's build draws every view again from the specification stored in the
+page (:func:`redraw_views`, called by ``book/_ext/gpuformer_book.py``); in JupyterLab or Colab the view is drawn
+when the cell runs.
+
+The drawing is one row per quantity and one column per device: the page's own device, the T4, the H100,
+each other GPU with a committed measurement, and other hardware. A cell holds that device's measured, predicted
+and published numbers, with measured / predicted where both exist; how each number was obtained is one click
+away, folded under the table; on a phone the rows become cards (CSS in ``book/_book_static``).
+
+Only the standard library is imported here: the book is built without torch.
+
+Leaves out: the rows' own construction and the predictors (``gpu_view``), running the suite (``gpu_suite``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from gpuformer_lib.published import figure_anchor, format_value
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench_results" / "gpu"
+"""Where a checkout of the course keeps the committed result files (one folder per device)."""
+
+APPENDIX_PAGE = "book/gpu_measurements"
+PUBLISHED_PAGE = "book/published_figures"
+
+KINDS = ("measured", "predicted", "published")
+KIND_COLOUR = {"measured": "#1b7837", "predicted": "#2166ac", "published": "#762a83"}
+"""One colour per kind, so a reader tells them apart at a glance (the word is always there too)."""
+
+STYLE = """<style>
+.gpuview-block{margin:1em 0;max-width:100%;overflow-wrap:normal;word-break:normal;hyphens:none}
+.gpuview-scroll{max-width:100%;overflow-x:auto}
+table.gpuview{font-size:.85em;border-collapse:collapse;width:100%;margin:0}
+table.gpuview caption{caption-side:top;text-align:left;padding-bottom:.3em}
+table.gpuview th,table.gpuview td{padding:4px 6px;vertical-align:top;text-align:left;border-bottom:1px solid rgba(128,128,128,.35)}
+table.gpuview thead th{white-space:nowrap}
+table.gpuview th.gv-quantity{font-weight:normal;min-width:8em}
+.gv-entry{margin:0 0 3px}
+.gv-kind{font-weight:600;font-size:.9em}
+.gv-value{font-variant-numeric:tabular-nums}
+.gv-meta{display:block;font-size:.85em;opacity:.75}
+.gv-ratio{font-size:.9em;font-weight:600}
+.gv-legend,.gv-status{font-size:.85em}
+.gv-notes{font-size:.85em}
+@media (max-width:640px){
+table.gpuview thead{display:none}
+table.gpuview,table.gpuview tbody,table.gpuview tr,table.gpuview th,table.gpuview td{display:block;width:auto}
+table.gpuview tr{border-top:2px solid rgba(128,128,128,.5);padding:4px 0}
+table.gpuview th.gv-quantity{font-weight:600;border:none;min-width:0}
+table.gpuview td{border:none;padding:2px 8px 2px 1em}
+table.gpuview td.gv-empty{display:none}
+table.gpuview td::before{content:attr(data-label);display:block;font-size:.8em;font-weight:600;opacity:.7}
+table.gv-appendix thead{display:none}
+table.gv-appendix,table.gv-appendix tbody,table.gv-appendix tr,table.gv-appendix th,table.gv-appendix td{display:block;width:auto}
+table.gv-appendix tr{border-top:2px solid rgba(128,128,128,.5);padding:4px 0}
+table.gv-appendix td{border:none;padding:1px 8px 1px 1em}
+table.gv-appendix td:empty{display:none}
+table.gv-appendix td::before{content:attr(data-label) ": ";font-size:.85em;font-weight:600;opacity:.7}
+}
+table.gv-appendix{font-size:.85em;border-collapse:collapse;width:100%}
+table.gv-appendix th,table.gv-appendix td{padding:3px 8px;vertical-align:top;text-align:left;border-bottom:1px solid rgba(128,128,128,.35)}
+.gv-chart{margin:.6em 0;font-size:.85em}
+.gv-chart-line{margin:.3em 0 .6em}
+.gv-strip{position:relative;height:3.6em;margin:0 .5em;background:linear-gradient(rgba(128,128,128,.6),rgba(128,128,128,.6)) 0 .75em/100% 1px no-repeat}
+.gv-mark{position:absolute;top:.35em;width:.8em;height:.8em;margin-left:-.4em;border-radius:50%;box-sizing:border-box}
+.gv-mark.gv-measured{background:#1b7837}
+.gv-mark.gv-predicted{border:2px solid #2166ac;background:transparent}
+.gv-mark.gv-published{background:#762a83;border-radius:0;transform:rotate(45deg)}
+.gv-mark-label{position:absolute;top:1.3em;transform:translateX(-50%);white-space:nowrap;font-size:.85em}
+.gv-mark-label.gv-row1{top:2.4em}
+.gv-mark-label.gv-left{transform:none}
+.gv-mark-label.gv-right{transform:translateX(-100%)}
+</style>"""
+"""The view's look, shipped with it so that JupyterLab and Colab show it as the book does: a table on a wide
+screen; on a phone each quantity a card whose numbers each name their device; words never broken inside."""
+
+SPEC_ATTRIBUTE = "data-gpuview"
+END_MARK = "<!-- /gpuview -->"
+_BLOCK = re.compile(r'<div class="gpuview-block" ' + SPEC_ATTRIBUTE + r'="([^"]*)">.*?' + re.escape(END_MARK), re.S)
+
+_FAMILY = re.compile(r"\b(T4|P100|V100|A100|A10G?|L4|L40S?|H100|GH200|H200|B200|MI300X?)\b", re.I)
+MAIN_GPUS = ("T4", "H100")
+"""The GPUs every chapter predicts for, first after the page's own device."""
+
+ONE_DECIMAL_UNITS = ("(major.minor)",)
+"""Units whose values always show one decimal: a compute capability 9.0 is '9.0', never '9'."""
+
+
+# --------------------------------------------------------------------------- numbers as shown
+
+
+def shown(value: float, unit: str) -> str:
+    """The value as a view shows it: one decimal for :data:`ONE_DECIMAL_UNITS`, else three significant figures
+    (a whole number stays whole: a published 15102 MBytes stays 15102, as its quote writes it)."""
+    if unit.strip() in ONE_DECIMAL_UNITS:
+        return f"{value:.1f}"
+    if value == 0 or float(value).is_integer():
+        return format_value(value)
+    digits = 3 - int(math.floor(math.log10(abs(value)))) - 1
+    return format_value(round(value, digits))
+
+
+def family(device: str) -> str | None:
+    """The GPU a device label names (``'NVIDIA H100 80GB HBM3'`` and ``'H100 SXM (datasheet)'`` are both
+    ``'H100'``), or None for a CPU, 'any GPU' or an unnamed one."""
+    match = _FAMILY.search(device)
+    return match.group(1).upper() if match else None
+
+
+# --------------------------------------------------------------------------- result files
+
+
+class ResultFileError(ValueError):
+    """A committed result file that cannot be read as the suite writes it."""
+
+
+def load_results(root: Path | None = None) -> dict[str, dict] | None:
+    """Every committed device's passing items: ``{folder: {"device": {...}, "items": {key: record}}}``, devices
+    in name order; rehearsals (a CPU standing in for a GPU) and failed items are left out. None where ``root``
+    does not exist (a library installed without the course's checkout)."""
+    root = RESULTS_DIR if root is None else Path(root)
+    if not root.is_dir():
+        return None
+    devices: dict[str, dict] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        items: dict[str, dict] = {}
+        device: dict = {}
+        for path in sorted(folder.glob("ch*.json")):
+            try:
+                data = json.loads(path.read_text())
+                records = data["items"]
+                device = data.get("device") or device
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ResultFileError(f"{path}: not a result file of the GPU suite ({exc})") from exc
+            for key, record in records.items():
+                if record.get("status") == "passed" and not record.get("rehearsal"):
+                    items[key] = record
+        if items and device.get("name") and not str(device["name"]).startswith("rehearsal-"):
+            devices[folder.name] = {"device": device, "items": items}
+    return devices
+
+
+def lookup(record: Mapping[str, Any], path: str) -> float | None:
+    """The number at a dotted ``path`` in an item's record (``values.NAME``, ``measurements.NAME``,
+    ``comparisons.NAME.speedup``, ``comparisons.NAME.after``): a timing gives its median, a value its value."""
+    node: Any = record
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, Mapping):
+        node = node.get("median", node.get("value"))
+    if isinstance(node, bool) or not isinstance(node, (int, float)) or not math.isfinite(node):
+        return None
+    return float(node)
+
+
+def committed(results: Mapping[str, dict] | None, link: Mapping[str, Any]) -> list[dict]:
+    """The committed measurements a view's link points at, one per device that has it, as entries of a view."""
+    entries = []
+    for folder, run in (results or {}).items():
+        record = run["items"].get(link["item"])
+        raw = None if record is None else lookup(record, link["path"])
+        if raw is None:
+            continue
+        versions = record.get("versions", {})
+        entries.append({
+            "quantity": link["quantity"], "kind": "measured", "device": run["device"]["name"],
+            "value": raw * float(link.get("scale", 1.0)), "unit": link["unit"], "committed": True,
+            "folder": folder, "date": str(record.get("date", ""))[:10], "torch": versions.get("torch", "?"),
+            "basis": f"suite item {link['item']}, {link['path']}: {_how(record, link['path'])}",
+            "commit": str(record.get("commit", ""))[:7]})
+    return entries
+
+
+def _how(record: Mapping[str, Any], path: str) -> str:
+    parts = path.split(".")
+    node: Any = record
+    for part in parts[:2]:
+        node = node.get(part, {}) if isinstance(node, Mapping) else {}
+    if isinstance(node, Mapping) and node.get("how"):
+        return str(node["how"])
+    if parts[0] == "measurements":
+        return "median of the timed repeats"
+    if parts[0] == "comparisons":
+        return "before median / after median" if parts[-1] == "speedup" else "median of the timed repeats"
+    return "as recorded"
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def view_id(spec: Mapping[str, Any]) -> str:
+    digest = hashlib.sha1(spec["title"].encode()).hexdigest()[:8]
+    return "gv-" + (re.sub(r"[^a-z0-9]+", "-", spec["title"].lower()).strip("-")[:40] or "view") + "-" + digest
+
+
+def _columns(entries: Sequence[dict], spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key, heading)`` of the view's columns: the page's own device, the T4 and the H100, every other GPU
+    with a committed measurement, then other hardware."""
+    keys = []
+    if any(e["kind"] == "measured" and not e.get("committed") for e in entries):
+        keys.append(("here", "this page"))
+    families = {family(e["device"]) for e in entries}
+    for gpu in MAIN_GPUS:
+        if gpu in families:
+            keys.append((gpu, gpu))
+    for e in entries:
+        f = family(e["device"])
+        if e.get("committed") and f not in MAIN_GPUS and (f, f) not in keys:
+            keys.append((f or e["device"], f or e["device"]))
+    taken = {k for k, _ in keys}
+    if any(_column_of(e, taken) == "other" for e in entries):
+        keys.append(("other", "other hardware"))
+    return keys
+
+
+def _column_of(entry: Mapping[str, Any], taken: set[str]) -> str:
+    if entry["kind"] == "measured" and not entry.get("committed"):
+        return "here"
+    f = family(entry["device"])
+    if f in taken:
+        return f
+    if entry.get("committed"):
+        return entry["device"]
+    return "other"
+
+
+def entries_of(spec: Mapping[str, Any], results: Mapping[str, dict] | None) -> list[dict]:
+    """The view's own rows and the committed measurements its links point at."""
+    entries = [dict(row) for row in spec["rows"]]
+    for link in spec.get("links", []):
+        entries += committed(results, link)
+    return entries
+
+
+def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, book: bool = False) -> str:
+    """The view as HTML: the block a page shows, with its specification kept in it so that the book's build
+    can draw it again from newer result files (:func:`redraw_views`)."""
+    vid = view_id(spec)
+    esc = html.escape
+    entries = entries_of(spec, results)
+    columns = _columns(entries, spec)
+    taken = {k for k, _ in columns}
+    quantities: list[str] = []
+    for e in entries:
+        if e["quantity"] not in quantities:
+            quantities.append(e["quantity"])
+    notes: list[str] = []
+
+    def note(text: str, url: str = "") -> str:
+        body = esc(text)
+        if url:
+            body += f' (<a href="{esc(url)}">source</a>)'
+        notes.append(body)
+        n = len(notes)
+        return f'<sup class="gv-ref"><a href="#{vid}-n{n}" title="{esc(text)}">{n}</a></sup>'
+
+    def entry_html(e: dict, column: str) -> str:
+        # the number keeps its unit's first word on its line; a unit written as a phrase ('x (at least) peak-memory
+        # reduction', as its source writes it) wraps after that
+        first, _, rest = e["unit"].partition(" ")
+        value = f"{esc(shown(e['value'], e['unit']))}&nbsp;{esc(first)}" + (f" {esc(rest)}" if rest else "")
+        if e["kind"] == "published" and e.get("key"):
+            href = (f"../{PUBLISHED_PAGE}.html#{figure_anchor(e['key'])}" if book else e.get("url", ""))
+            value = f'<a href="{esc(href)}">{value}</a>' if href else value
+        meta = ""
+        if e.get("committed"):
+            meta = f'<span class="gv-meta">{esc(e["device"])}, {esc(e["date"])}, torch {esc(e["torch"])}</span>'
+        elif column == "other" or (column not in ("here",) and e["kind"] == "published"):
+            meta = f'<span class="gv-meta">{esc(e["device"])}</span>'
+        elif e["kind"] == "predicted" and "(" in e["device"]:
+            meta = f'<span class="gv-meta">{esc(e["device"][e["device"].index("(") + 1:].rstrip(")"))}</span>'
+        ref = note(f"{e['kind']}, {e['device']}: {e['basis']}", e.get("url", "") if e["kind"] == "published" else "")
+        return (f'<div class="gv-entry gpuview-{e["kind"]}"><span class="gv-kind" style="color:'
+                f'{KIND_COLOUR[e["kind"]]}">{e["kind"]}</span> <span class="gv-value">{value}</span>{ref}{meta}</div>')
+
+    body = []
+    for q in quantities:
+        row = [e for e in entries if e["quantity"] == q]
+        cells = [f'<th scope="row" class="gv-quantity">{esc(q)}</th>']
+        for key, heading in columns:
+            here = sorted((e for e in row if _column_of(e, taken) == key), key=lambda e: KINDS.index(e["kind"]))
+            inner = "".join(entry_html(e, key) for e in here)
+            measured = [e for e in here if e.get("committed")]
+            predicted = [e for e in here if e["kind"] == "predicted" and e["unit"] == (measured[0]["unit"] if measured
+                                                                                        else None)]
+            if len(predicted) == 1:
+                for m in measured:
+                    if predicted[0]["value"] > 0:
+                        ratio = m["value"] / predicted[0]["value"]
+                        inner += (f'<div class="gv-ratio">measured / predicted: {esc(shown(ratio, "x"))}'
+                                  + (f' ({esc(family(m["device"]) or m["device"])})' if len(measured) > 1 else "")
+                                  + "</div>")
+            label = "" if key == "here" else f' data-label="{esc(heading)}"'
+            if key == "here":
+                label = ' data-label="this page"'
+            cells.append(f'<td{label} class="{"gv-empty" if not here else "gv-cell"}">{inner}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+
+    head = "".join(f'<th scope="col">{esc(h)}</th>' for _, h in columns)
+    here_label = spec.get("here", "")
+    status = _status(spec, results, entries, book=book)
+    caption = (f'<caption><b>{esc(spec["title"])}</b><br><span class="gv-legend">'
+               + (f"<b>this page</b>: {esc(here_label)}. " if any(k == "here" for k, _ in columns) else "")
+               + '<b style="color:{m}">measured</b> on a named device; <b style="color:{p}">predicted</b> by the '
+               "course's models; <b style=\"color:{u}\">published</b> in a cited source.</span></caption>").format(
+        m=KIND_COLOUR["measured"], p=KIND_COLOUR["predicted"], u=KIND_COLOUR["published"])
+    chart = _chart(quantities, entries, columns, taken)
+    notes_html = ("<details class='gv-notes'><summary>How each number was obtained</summary><ol>"
+                  + "".join(f'<li id="{vid}-n{i}">{n}</li>' for i, n in enumerate(notes, 1)) + "</ol></details>")
+    spec_text = esc(json.dumps(spec, sort_keys=True, separators=(",", ":")), quote=True)
+    return (f'<div class="gpuview-block" {SPEC_ATTRIBUTE}="{spec_text}">{STYLE}'
+            f'<div class="gpuview-scroll"><table class="gpuview" id="{vid}">{caption}'
+            f'<thead><tr><th scope="col">quantity</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+            f'<p class="gv-status">{status}</p>{chart}{notes_html}</div>{END_MARK}')
+
+
+def _status(spec: Mapping[str, Any], results: Mapping[str, dict] | None, entries: Sequence[dict], *,
+            book: bool) -> str:
+    items = sorted({link["item"] for link in spec.get("links", [])})
+    if not items:
+        return "No item of the GPU suite measures these quantities yet."
+    named = ", ".join(f"<code>{html.escape(i)}</code>" for i in items)
+    appendix = (f'<a href="../{APPENDIX_PAGE}.html">the appendix of GPU measurements</a>' if book
+                else "the book's appendix of GPU measurements")
+    if results is None:
+        return (f"GPU measurements of these quantities (suite items {named}) are read from the course's committed "
+                f"result files, which this copy of the library does not have: the book shows them, and "
+                f"{appendix} lists every device.")
+    devices = sorted({e["device"] for e in entries if e.get("committed")})
+    if not devices:
+        return (f"No GPU measurement committed yet for this view (suite items {named}): "
+                "<code>python -m gpuformer_lib.gpu_suite</code> on a GPU writes one, and committing its files "
+                "shows that GPU here.")
+    return (f"Measured on GPUs: {html.escape(', '.join(devices))}, from the committed results of suite items "
+            f"{named}; every item on every device is in {appendix}.")
+
+
+def _chart(quantities: Sequence[str], entries: Sequence[dict], columns, taken) -> str:
+    """A dot chart, one line per quantity that has a committed GPU measurement and another number in the same
+    unit: each number a mark on a log axis spanning that line's numbers (filled: measured, ring: predicted,
+    diamond: published), its device written under it."""
+    lines = []
+    for q in quantities:
+        row = [e for e in entries if e["quantity"] == q]
+        gpu = [e for e in row if e.get("committed")]
+        if not gpu:
+            continue
+        same = [e for e in row if e["unit"] == gpu[0]["unit"] and e["value"] > 0]
+        if len(same) < 2:
+            continue
+        lo, hi = min(e["value"] for e in same), max(e["value"] for e in same)
+        span = math.log10(hi / lo) if hi > lo else 1.0
+        lo_axis = math.log10(lo) - 0.08 * span
+        width = span * 1.16
+        marks = []
+        for i, e in enumerate(sorted(same, key=lambda e: e["value"])):
+            x = 100 * (math.log10(e["value"]) - lo_axis) / width
+            col = _column_of(e, taken)
+            who = "this page" if col == "here" else (family(e["device"]) or e["device"])
+            marks.append(f'<span class="gv-mark gv-{e["kind"]}" style="left:{x:.1f}%" '
+                         f'title="{html.escape(e["kind"])}, {html.escape(e["device"])}: '
+                         f'{html.escape(shown(e["value"], e["unit"]))} {html.escape(e["unit"])}"></span>'
+                         f'<span class="gv-mark-label gv-row{i % 2}{_edge(x)}" style="left:{x:.1f}%">'
+                         f'{html.escape(who)}</span>')
+        lines.append(f'<div class="gv-chart-line"><div class="gv-chart-title">{html.escape(q)} '
+                     f'({html.escape(gpu[0]["unit"])}, log scale: {html.escape(shown(lo, gpu[0]["unit"]))} '
+                     f'to {html.escape(shown(hi, gpu[0]["unit"]))})</div><div class="gv-strip">{"".join(marks)}'
+                     "</div></div>")
+    if not lines:
+        return ""
+    return ('<div class="gv-chart"><div class="gv-chart-legend">&#9679; measured &#9675; predicted &#9670; '
+            "published</div>" + "".join(lines) + "</div>")
+
+
+def _edge(x: float) -> str:
+    """A label near either end of the strip is aligned to that end, so it never runs past the column."""
+    return " gv-left" if x < 15 else (" gv-right" if x > 85 else "")
+
+
+# --------------------------------------------------------------------------- the book's build
+
+
+def specs_in(text: str) -> list[dict]:
+    """The view specifications stored in a page's HTML (or a notebook's JSON text, once decoded)."""
+    return [json.loads(html.unescape(m.group(1))) for m in _BLOCK.finditer(text)]
+
+
+def redraw_views(page: str, results: Mapping[str, dict] | None) -> str:
+    """``page`` with every GPU view drawn again from its stored specification and ``results``: what the book's
+    build does, so that the committed result files, not those present when the notebook ran, are shown."""
+    return _BLOCK.sub(lambda m: render_view(json.loads(html.unescape(m.group(1))), results, book=True), page)
+
+
+def notebook_specs(notebooks: Iterable[Path]) -> list[tuple[str, dict]]:
+    """``(notebook stem, spec)`` of every GPU view stored in the notebooks' outputs."""
+    found = []
+    for path in notebooks:
+        for cell in json.loads(Path(path).read_text()).get("cells", []):
+            for output in cell.get("outputs", []):
+                text = "".join(output.get("data", {}).get("text/html", ""))
+                found += [(Path(path).stem, spec) for spec in specs_in(text)]
+    return found
+
+
+def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str, dict]]) -> str:
+    """The appendix: what each committed device measured, against the prediction beside it on a page, then every
+    suite item on every device with every number it recorded."""
+    esc = html.escape
+    if not results:
+        return "<p class='gv-status'>No GPU measurement has been committed yet.</p>"
+    out = ["<h2>Measured against predicted</h2>",
+           "<p>Every quantity a chapter's GPU view links to a suite item, on every committed device, with the "
+           "prediction for the same GPU where the page makes one (predictions are for a T4 and an H100 SXM, from "
+           "datasheet figures).</p>",
+           STYLE, '<div class="gv-appendix-block"><div class="gpuview-scroll"><table class="gv-appendix"><thead><tr>'
+           "<th>chapter</th><th>quantity</th><th>device</th><th>measured</th><th>predicted</th>"
+           "<th>measured / predicted</th></tr></thead><tbody>"]
+    for stem, spec in specs:
+        for link in spec.get("links", []):
+            preds = [r for r in spec["rows"] if r["quantity"] == link["quantity"] and r["kind"] == "predicted"
+                     and r["unit"] == link["unit"]]
+            for m in committed(results, link):
+                p = [r for r in preds if family(r["device"]) == family(m["device"])]
+                pred = shown(p[0]["value"], p[0]["unit"]) + " " + p[0]["unit"] if len(p) == 1 else "none on the page"
+                ratio = shown(m["value"] / p[0]["value"], "x") if len(p) == 1 and p[0]["value"] > 0 else ""
+                out.append(f'<tr><td data-label="chapter"><a href="../notebooks/{esc(stem)}.html">{esc(stem[:2])}</a>'
+                           f'</td><td data-label="quantity">{esc(link["quantity"])}</td><td data-label="device">'
+                           f'{esc(m["device"])}</td><td data-label="measured">{esc(shown(m["value"], m["unit"]))}'
+                           f'&nbsp;{esc(m["unit"])}</td><td data-label="predicted">{esc(pred)}</td>'
+                           f'<td data-label="measured / predicted">{esc(ratio)}</td></tr>')
+    out.append("</tbody></table></div></div>")
+    out.append("<h2>Every item on every device</h2>")
+    folders = list(results)
+    heads = "".join(f"<th>{esc(results[f]['device']['name'])}</th>" for f in folders)
+    out.append("<ul>" + "".join(
+        f"<li><b>{esc(results[f]['device']['name'])}</b>: {len(results[f]['items'])} items passed; "
+        f"{_versions(results[f])}; files in <code>bench_results/gpu/{esc(f)}/</code></li>" for f in folders) + "</ul>")
+    keys = sorted({k for f in folders for k in results[f]["items"]}, key=lambda k: (k[:4], k))
+    for key in keys:
+        records = {f: results[f]["items"].get(key) for f in folders}
+        first = next(r for r in records.values() if r)
+        out.append(f"<h3>{esc(key)}</h3><p>{esc(first.get('title', ''))}</p>")
+        names = sorted({(section, name) for r in records.values() if r
+                        for section in ("values", "measurements", "comparisons") for name in r.get(section, {})})
+        rows = []
+        for section, name in names:
+            path = f"{section}.{name}" + (".speedup" if section == "comparisons" else "")
+            unit = "x" if section == "comparisons" else ("s" if section == "measurements" else "")
+            cells = []
+            for f in folders:
+                r = records[f]
+                value = None if r is None else lookup(r, path)
+                if value is not None and section == "values":
+                    unit = r["values"][name].get("unit", "")
+                label = esc(results[f]["device"]["name"])
+                cells.append(f'<td data-label="{label}"></td>' if value is None else
+                             f'<td data-label="{label}">{esc(shown(value, unit))}&nbsp;{esc(unit)}</td>')
+            label = {"values": "", "measurements": " (median)", "comparisons": " (speedup)"}[section]
+            # a long recorded name may end a line after an underscore, as after a hyphen
+            shown_name = esc(name).replace("_", "_<wbr>")
+            rows.append(f"<tr><th scope='row'><code>{shown_name}</code>{label}</th>{''.join(cells)}</tr>")
+        out.append(f'<div class="gv-appendix-block"><div class="gpuview-scroll"><table class="gv-appendix"><thead>'
+                   f"<tr><th>recorded</th>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table></div></div>")
+    return "\n".join(out)
+
+
+def _versions(run: Mapping[str, Any]) -> str:
+    """The device's size and the software its items ran on (the first item's; the suite runs them together)."""
+    device = run["device"]
+    dates = sorted({str(r.get("date", ""))[:10] for r in run["items"].values()})
+    v = next(iter(run["items"].values())).get("versions", {})
+    return html.escape(f"{device.get('sms', '?')} SMs, {device.get('memory_gib', '?')} GiB; measured "
+                       f"{' to '.join(dict.fromkeys([dates[0], dates[-1]]))} with torch {v.get('torch', '?')}, "
+                       f"CUDA {v.get('cuda', '?')}, driver {v.get('driver', '?')}")

@@ -1,0 +1,193 @@
+"""The GPU views show every committed GPU measurement beside the page's own numbers (gpuformer_lib.gpu_results).
+
+Synthetic result files for two devices, written as the suite writes them, must show both devices' numbers in
+the views, and no file the plain "No GPU measurement committed yet"; the devices a view shows are the files
+present. The notebooks' links must point at numbers the suite records.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+import pytest
+
+from gpuformer_lib import gpu_results
+from gpuformer_lib.tools.notebooks import REPO_ROOT
+
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("*.ipynb"))
+STEP = "GPT-2 small training step (forward + backward), B=8, T=1024"
+
+
+def record(seconds: float, *, status: str = "passed", rehearsal=None) -> dict:
+    """An item's record as the suite writes it (only the fields the views read, and a few more)."""
+    return {"status": status, "rehearsal": rehearsal, "date": "2026-11-28T04:08:35+00:00", "commit": "c7117571c4c8",
+            "title": "one training step", "versions": {"torch": "2.11.0+cu130", "cuda": "13.0", "driver": "580"},
+            "measurements": {"decoder_lm_step": {"median": seconds, "spread": 0.02, "n": 7, "repeats": [seconds]}},
+            "values": {"decoder_lm_mfu": {"value": 0.25, "unit": "fraction", "how": "FLOPs / time / peak"}},
+            "comparisons": {"adamw_step": {"before": {"label": "foreach", "median": 2 * seconds},
+                                           "after": {"label": "fused", "median": seconds}, "speedup": 2.0,
+                                           "verdict": "fused faster"}}}
+
+
+def write_device(root, folder: str, name: str, items: dict) -> None:
+    (root / folder).mkdir(parents=True)
+    data = {"device": {"name": name, "sms": 132, "memory_gib": 79.2}, "items": items, "schema": 1}
+    (root / folder / "ch05.json").write_text(json.dumps(data))
+
+
+@pytest.fixture
+def two_devices(tmp_path):
+    root = tmp_path / "gpu"
+    write_device(root, "nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3", {"ch05.training_step": record(0.0296)})
+    write_device(root, "nvidia-a100-sxm4-40gb", "NVIDIA A100-SXM4-40GB", {"ch05.training_step": record(0.0611)})
+    return root
+
+
+def spec(links=True) -> dict:
+    rows = [
+        {"quantity": "training step, C=128", "kind": "measured", "device": "this page's CPU (a test)", "value": 23.2,
+         "unit": "ms", "basis": "bench.time_fn", "url": "", "key": ""},
+        {"quantity": STEP, "kind": "predicted", "device": "H100 SXM (datasheet)", "value": 11.5, "unit": "ms",
+         "basis": "roofline", "url": "", "key": ""},
+        {"quantity": STEP, "kind": "predicted", "device": "T4 (datasheet)", "value": 155.0, "unit": "ms",
+         "basis": "roofline", "url": "", "key": ""},
+    ]
+    link = {"quantity": STEP, "item": "ch05.training_step", "path": "measurements.decoder_lm_step", "unit": "ms",
+            "scale": 1e3}
+    return {"title": "Chapter 5: a step", "here": "this page's CPU (a test)", "rows": rows,
+            "links": [link] if links else []}
+
+
+def text(block: str) -> str:
+    """What a reader reads of a view: its text, without its style sheet; inline code keeps its place in the sentence."""
+    body = block.split(gpu_results.SPEC_ATTRIBUTE)[1].split('">', 1)[1].split("</style>", 1)[1]
+    return html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"</?code>", "", body)))
+
+
+def test_two_committed_devices_both_show_beside_the_prediction(two_devices):
+    results = gpu_results.load_results(two_devices)
+    assert list(results) == ["nvidia-a100-sxm4-40gb", "nvidia-h100-80gb-hbm3"]
+    shown = text(gpu_results.render_view(spec(), results, book=True))
+    assert "NVIDIA H100 80GB HBM3, 2026-11-28, torch 2.11.0+cu130" in shown
+    assert "NVIDIA A100-SXM4-40GB, 2026-11-28, torch 2.11.0+cu130" in shown
+    assert "29.6\xa0ms" in shown and "61.1\xa0ms" in shown
+    # the H100's measurement sits in the H100 column with the H100's prediction, and their ratio
+    assert "measured / predicted: 2.57" in shown
+    assert "Measured on GPUs: NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3" in shown
+    assert "No GPU measurement committed yet" not in shown
+    # one column per device: the page's own, the T4, the H100 and the A100 with its measurement
+    head = re.search(r"<thead>(.*?)</thead>", gpu_results.render_view(spec(), results), re.S).group(1)
+    assert re.findall(r"<th[^>]*>(.*?)</th>", head) == ["quantity", "this page", "T4", "H100", "A100"]
+
+
+def test_without_result_files_a_view_says_so_plainly(tmp_path):
+    empty = tmp_path / "gpu"
+    empty.mkdir()
+    shown = text(gpu_results.render_view(spec(), gpu_results.load_results(empty)))
+    assert "No GPU measurement committed yet for this view (suite items ch05.training_step)" in shown
+    assert "measured / predicted" not in shown and "torch 2.11" not in shown
+    # a library installed without the course's checkout has no folder at all: it says where to look
+    assert gpu_results.load_results(tmp_path / "absent") is None
+    assert "which this copy of the library does not have" in text(gpu_results.render_view(spec(), None))
+    assert "No item of the GPU suite measures these quantities yet" in text(gpu_results.render_view(
+        spec(links=False), None))
+
+
+def test_the_devices_shown_are_the_files_present(two_devices):
+    for folder in list(two_devices.iterdir()):
+        shown = text(gpu_results.render_view(spec(), gpu_results.load_results(two_devices)))
+        present = {json.loads(p.read_text())["device"]["name"] for p in two_devices.glob("*/ch05.json")}
+        named = set(re.search(r"Measured on GPUs: (.*?), from", shown).group(1).split(", "))
+        assert named == present
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    assert "No GPU measurement committed yet" in text(gpu_results.render_view(
+        spec(), gpu_results.load_results(two_devices)))
+
+
+def test_rehearsals_and_failed_items_are_not_measurements(tmp_path):
+    root = tmp_path / "gpu"
+    write_device(root, "rehearsal-h100", "rehearsal-h100", {"ch05.training_step": record(0.5, rehearsal="h100")})
+    write_device(root, "nvidia-h200", "NVIDIA H200", {"ch05.training_step": record(0.03, status="failed")})
+    assert gpu_results.load_results(root) == {}
+    bad = root / "broken"
+    bad.mkdir()
+    (bad / "ch05.json").write_text("{not json")
+    with pytest.raises(gpu_results.ResultFileError, match="broken/ch05.json"):
+        gpu_results.load_results(root)
+
+
+def test_lookup_reads_medians_values_and_speedups():
+    r = record(0.03)
+    assert gpu_results.lookup(r, "measurements.decoder_lm_step") == 0.03
+    assert gpu_results.lookup(r, "values.decoder_lm_mfu") == 0.25
+    assert gpu_results.lookup(r, "comparisons.adamw_step.speedup") == 2.0
+    assert gpu_results.lookup(r, "comparisons.adamw_step.before") == 0.06
+    assert gpu_results.lookup(r, "values.missing") is None
+    assert gpu_results.lookup(r, "comparisons.adamw_step.verdict") is None
+
+
+def test_the_book_redraws_stored_views_with_the_committed_files(two_devices, tmp_path):
+    """A page stored when nothing was committed shows both devices once the build redraws it."""
+    empty = tmp_path / "none"
+    empty.mkdir()
+    page = "<p>before</p>" + gpu_results.render_view(spec(), gpu_results.load_results(empty)) + "<p>after</p>"
+    assert "No GPU measurement committed yet" in page
+    redrawn = gpu_results.redraw_views(page, gpu_results.load_results(two_devices))
+    assert redrawn.startswith("<p>before</p>") and redrawn.endswith("<p>after</p>")
+    assert "NVIDIA H100 80GB HBM3, 2026-11-28" in redrawn and "NVIDIA A100-SXM4-40GB, 2026-11-28" in redrawn
+    assert "No GPU measurement committed yet" not in redrawn
+    assert gpu_results.specs_in(redrawn) == [spec()]
+
+
+def test_published_values_link_to_their_appendix_entry():
+    s = spec()
+    s["rows"].append({"quantity": STEP, "kind": "published", "device": "NVIDIA A100 80GB", "value": 50.0, "unit": "ms",
+                      "basis": "a paper, table 2", "url": "https://example.org/paper",
+                      "key": "zero-gpt2-1.5b-adam-model-states"})
+    book = gpu_results.render_view(s, None, book=True)
+    assert 'href="../book/published_figures.html#fig-zero-gpt2-1-5b-adam-model-states"' in book
+    appendix = (REPO_ROOT / "book" / "published_figures.md").read_text()
+    assert "(fig-zero-gpt2-1-5b-adam-model-states)=" in appendix
+    assert 'href="https://example.org/paper"' in gpu_results.render_view(s, None)  # in JupyterLab: the source
+
+
+def stored_specs():
+    return gpu_results.notebook_specs(NOTEBOOKS)
+
+
+def test_every_chapter_links_its_view_to_numbers_the_suite_records():
+    """Each link names a suite item and a number that a committed GPU run recorded (a misspelt path would show
+    'no GPU measurement' for ever), and every chapter has at least one."""
+    from gpuformer_lib.gpu_suite.core import ordered_items
+
+    keys = {it.key for it in ordered_items()}
+    results = gpu_results.load_results()
+    assert results, "no GPU results are committed under bench_results/gpu"
+    chapters = set()
+    for stem, s in stored_specs():
+        for link in s["links"]:
+            assert link["item"] in keys, f"{stem}: {link['item']} is not a suite item"
+            found = [f for f, run in results.items() if link["item"] in run["items"]
+                     and gpu_results.lookup(run["items"][link["item"]], link["path"]) is not None]
+            assert found, f"{stem}: no committed run records {link['item']} {link['path']}"
+            chapters.add(stem)
+    assert chapters == {p.stem for p in NOTEBOOKS}, sorted({p.stem for p in NOTEBOOKS} - chapters)
+
+
+def test_the_appendix_lists_every_committed_device_and_item():
+    results = gpu_results.load_results()
+    page = gpu_results.appendix_html(results, stored_specs())
+    for run in results.values():
+        assert html.escape(run["device"]["name"]) in page
+        for key in run["items"]:
+            assert f"<h3>{key}</h3>" in page
+    # the measured-against-predicted table has the chapter 5 step on every device, with its ratio
+    rows = re.findall(r'<tr><td data-label="chapter"><a href="\.\./notebooks/05_encoder_decoder\.html">05</a></td>'
+                      r"(.*?)</tr>", page)
+    assert len(rows) >= len(results)
+    assert "none on the page" in page
+    assert gpu_results.appendix_html({}, []).count("No GPU measurement has been committed yet") == 1
