@@ -84,9 +84,11 @@ table.gv-appendix th,table.gv-appendix td{padding:3px 8px;vertical-align:top;tex
 .gv-mark-label.gv-row1{top:2.4em}
 .gv-mark-label.gv-left{transform:none}
 .gv-mark-label.gv-right{transform:translateX(-100%)}
+html[data-theme=dark] .gpuview-block .gv-kind,html[data-theme=dark] .gpuview-block .gv-legend b,html[data-theme=dark] .gv-mark{filter:brightness(1.9)}
 </style>"""
 """The view's look, shipped with it so that JupyterLab and Colab show it as the book does: a table on a wide
-screen; on a phone each quantity a card whose numbers each name their device; words never broken inside."""
+screen; on a phone each quantity a card whose numbers each name their device; words never broken inside; the
+kinds' colours brightened on the book's dark theme."""
 
 SPEC_ATTRIBUTE = "data-gpuview"
 END_MARK = "<!-- /gpuview -->"
@@ -183,6 +185,7 @@ def committed(results: Mapping[str, dict] | None, link: Mapping[str, Any]) -> li
             "value": raw * float(link.get("scale", 1.0)), "unit": link["unit"], "committed": True,
             "folder": folder, "date": str(record.get("date", ""))[:10], "torch": versions.get("torch", "?"),
             "basis": f"suite item {link['item']}, {link['path']}: {_how(record, link['path'])}",
+            "spread": _spread(record, link["path"]),
             "commit": str(record.get("commit", ""))[:7]})
     return entries
 
@@ -194,11 +197,36 @@ def _how(record: Mapping[str, Any], path: str) -> str:
         node = node.get(part, {}) if isinstance(node, Mapping) else {}
     if isinstance(node, Mapping) and node.get("how"):
         return str(node["how"])
-    if parts[0] == "measurements":
-        return "median of the timed repeats"
-    if parts[0] == "comparisons":
-        return "before median / after median" if parts[-1] == "speedup" else "median of the timed repeats"
+    if parts[0] == "measurements" and isinstance(node, Mapping):
+        return f"median of {node.get('n', '?')} timed repeats, spread {_share(node.get('spread'))}"
+    if parts[0] == "comparisons" and isinstance(node, Mapping):
+        before, after = node.get("before", {}), node.get("after", {})
+        spreads = (f"spreads {_share(before.get('spread'))} and {_share(after.get('spread'))}, verdict "
+                   f"'{node.get('verdict', '?')}'")
+        if parts[-1] == "speedup":
+            return f"median of '{before.get('label', 'before')}' / median of '{after.get('label', 'after')}', {spreads}"
+        side = node.get(parts[-1], {})
+        return f"median of '{side.get('label', parts[-1])}' ({spreads})"
     return "as recorded"
+
+
+NOISY = 0.25
+"""A committed timing whose repeats spread wider than this (max over min, minus 1) says so beside its number."""
+
+
+def _spread(record: Mapping[str, Any], path: str) -> float | None:
+    """The widest spread of the timings a number comes from (a comparison's two sides), or None."""
+    parts = path.split(".")
+    node = record.get(parts[0], {}).get(parts[1], {}) if len(parts) > 1 else {}
+    if not isinstance(node, Mapping):
+        return None
+    sides = [node] if parts[0] == "measurements" else [node.get("before", {}), node.get("after", {})]
+    spreads = [s.get("spread") for s in sides if isinstance(s, Mapping) and isinstance(s.get("spread"), (int, float))]
+    return max(spreads) if spreads else None
+
+
+def _share(value: Any) -> str:
+    return f"{value:.0%}" if isinstance(value, (int, float)) and math.isfinite(value) else "not recorded"
 
 
 # --------------------------------------------------------------------------- the view
@@ -280,7 +308,9 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
             value = f'<a href="{esc(href)}">{value}</a>' if href else value
         meta = ""
         if e.get("committed"):
-            meta = f'<span class="gv-meta">{esc(e["device"])}, {esc(e["date"])}, torch {esc(e["torch"])}</span>'
+            noisy = f", noisy: spread {e['spread']:.0%}" if (e.get("spread") or 0) > NOISY else ""
+            meta = (f'<span class="gv-meta">{esc(e["device"])}, {esc(e["date"])}, torch {esc(e["torch"])}'
+                    f"{esc(noisy)}</span>")
         elif column == "other" or (column not in ("here",) and e["kind"] == "published"):
             meta = f'<span class="gv-meta">{esc(e["device"])}</span>'
         elif e["kind"] == "predicted" and "(" in e["device"]:

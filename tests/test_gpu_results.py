@@ -191,3 +191,14 @@ def test_the_appendix_lists_every_committed_device_and_item():
     assert len(rows) >= len(results)
     assert "none on the page" in page
     assert gpu_results.appendix_html({}, []).count("No GPU measurement has been committed yet") == 1
+
+
+def test_a_noisy_committed_timing_says_so_beside_its_number(tmp_path):
+    root = tmp_path / "gpu"
+    noisy = record(0.0296)
+    noisy["measurements"]["decoder_lm_step"]["spread"] = 2.1
+    write_device(root, "nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3", {"ch05.training_step": noisy})
+    shown = text(gpu_results.render_view(spec(), gpu_results.load_results(root)))
+    assert "noisy: spread 210%" in shown and "spread 210%" in shown
+    quiet = text(gpu_results.render_view(spec(), gpu_results.load_results(tmp_path / "none") or {}))
+    assert "noisy" not in quiet

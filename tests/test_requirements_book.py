@@ -63,15 +63,49 @@ def test_book_requirements_that_drift_are_refused(edit, hint):
     assert any(hint in problem for problem in found), found
 
 
+def library_sources(modules: set[str]) -> list[Path]:
+    """The source files of the library's modules among ``modules`` and of every library module they import in
+    turn (the package's ``__init__`` too): what the build loads from the checkout, not from an installed library."""
+    todo = sorted(m for m in modules if m.split(".")[0] == "gpuformer_lib")
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):
+            dotted = ".".join(parts[:depth])
+            base = REPO_ROOT.joinpath(*parts[:depth])
+            path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+            if dotted in seen or not path.is_file():
+                continue
+            seen[dotted] = path
+            todo += [m for m in imports(path.read_text()) if m.split(".")[0] == "gpuformer_lib"]
+    return sorted(set(seen.values()))
+
+
 def modules_the_build_imports() -> set[str]:
-    """Top-level modules the book's build loads beyond jupyter-book's own: the extensions _config.yml names and
-    what the local extensions (book/_ext) import."""
+    """Top-level modules the book's build loads beyond jupyter-book's own: the extensions _config.yml names, what
+    the local extensions (book/_ext) import, and what the library modules they load from the checkout import (the
+    GPU views are drawn with gpuformer_lib.gpu_results, which must need no torch)."""
     config = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())
     sphinx = config.get("sphinx", {})
     modules = {name.split(".")[0] for name in sphinx.get("extra_extensions", [])}
     for name, folder in sphinx.get("local_extensions", {}).items():
-        modules |= third_party(imports((REPO_ROOT / folder / f"{name}.py").read_text()))
-    return modules - set(sys.stdlib_module_names)
+        found = imports((REPO_ROOT / folder / f"{name}.py").read_text())
+        modules |= third_party(found)
+        for path in library_sources(found):
+            modules |= third_party(imports(path.read_text()))
+    return modules - set(sys.stdlib_module_names) - {"gpuformer_lib"}
+
+
+def test_the_build_loads_only_library_modules_that_need_nothing_installed():
+    """The extension draws the GPU views with the checkout's gpuformer_lib.gpu_results; it and what it imports
+    from the library (the package's __init__, published, published_figures) import the standard library only."""
+    extension = imports((REPO_ROOT / "book" / "_ext" / "gpuformer_book.py").read_text())
+    sources = library_sources(extension)
+    assert REPO_ROOT / "gpuformer_lib" / "gpu_results.py" in sources
+    for path in sources:
+        assert third_party(imports(path.read_text())) <= {"gpuformer_lib"}, \
+            f"{path.name} imports {sorted(third_party(imports(path.read_text())) - {'gpuformer_lib'})}"
 
 
 def test_what_the_build_imports_comes_with_the_book_requirements_and_brings_no_torch():
@@ -82,7 +116,7 @@ def test_what_the_build_imports_comes_with_the_book_requirements_and_brings_no_t
     assert "numpy" not in closure, "the book's requirements now bring numpy: does the build import the library?"
     providers = importlib.metadata.packages_distributions()
     for module in modules_the_build_imports():
-        assert module not in ("torch", "gpuformer_lib"), f"the book's build imports {module}: make book installs none"
+        assert module != "torch", "the book's build imports torch: make book installs none"
         dists = {canonical(d) for d in providers.get(module, [])}
         assert dists & closure, f"the build imports {module} ({sorted(dists)}), which requirements-book.txt lacks"
 
