@@ -90,6 +90,9 @@ html[data-theme=dark] .gpuview-block .gv-kind,html[data-theme=dark] .gpuview-blo
 screen; on a phone each quantity a card whose numbers each name their device; words never broken inside; the
 kinds' colours brightened on the book's dark theme."""
 
+RATIO_HINT = ("Most predictions are bounds: a time measured above its prediction (a ratio over 1), or a rate "
+              "below it, is what a bound leads one to expect; how far is the lesson.")
+
 SPEC_ATTRIBUTE = "data-gpuview"
 END_MARK = "<!-- /gpuview -->"
 _BLOCK = re.compile(r'<div class="gpuview-block" ' + SPEC_ATTRIBUTE + r'="([^"]*)">.*?' + re.escape(END_MARK), re.S)
@@ -152,8 +155,33 @@ def load_results(root: Path | None = None) -> dict[str, dict] | None:
                 if record.get("status") == "passed" and not record.get("rehearsal"):
                     items[key] = record
         if items and device.get("name") and not str(device["name"]).startswith("rehearsal-"):
-            devices[folder.name] = {"device": device, "items": items}
+            devices[folder.name] = {"device": device, "items": items, "skipped": _skipped(folder / "suite.json")}
     return devices
+
+
+def _skipped(path: Path) -> list[tuple[str, str]]:
+    """``(item, why)`` of the items the device's last suite run skipped (a 2-GPU item on one GPU, for one)."""
+    try:
+        return [(i["key"], i.get("why", "")) for i in json.loads(path.read_text()).get("items", [])
+                if i.get("status") == "skipped"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def si(value: float, unit: str) -> str:
+    """``value unit`` with an SI prefix for a rate, a size or a time (2.93e12 B/s is '2.93 TB/s', 6.49e-06 s is
+    '6.49 µs'); other units as :func:`shown` writes them."""
+    if unit == "s" and 0 < abs(value) < 1:
+        scaled, unit = (value * 1e6, "µs") if abs(value) < 1e-3 else (value * 1e3, "ms")
+        return f"{shown(scaled, unit)}\xa0{unit}"
+    if unit in ("B", "FLOP") or unit.endswith("/s"):
+        for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if abs(value) >= factor:
+                return f"{shown(value / factor, unit)}\xa0{prefix}{unit}"
+    if float(value).is_integer() or unit.strip() in ONE_DECIMAL_UNITS:
+        return f"{shown(value, unit)}\xa0{unit}".rstrip()
+    digits = 3 - int(math.floor(math.log10(abs(value)))) - 1 if value else 0
+    return f"{format_value(round(value, digits))}\xa0{unit}".rstrip()
 
 
 def lookup(record: Mapping[str, Any], path: str) -> float | None:
@@ -172,7 +200,8 @@ def lookup(record: Mapping[str, Any], path: str) -> float | None:
 
 
 def committed(results: Mapping[str, dict] | None, link: Mapping[str, Any]) -> list[dict]:
-    """The committed measurements a view's link points at, one per device that has it, as entries of a view."""
+    """The committed measurements a view's link points at, one per device that has it, as entries of a view; and,
+    where the link names the suite's own prediction (``predicted_path``), that prediction for the same device."""
     entries = []
     for folder, run in (results or {}).items():
         record = run["items"].get(link["item"])
@@ -180,14 +209,46 @@ def committed(results: Mapping[str, dict] | None, link: Mapping[str, Any]) -> li
         if raw is None:
             continue
         versions = record.get("versions", {})
+        notes = "; ".join(str(n) for n in record.get("notes", []))
+        common = {"quantity": link["quantity"], "unit": link["unit"], "committed": True, "folder": folder,
+                  "date": str(record.get("date", ""))[:10], "torch": versions.get("torch", "?"),
+                  "commit": str(record.get("commit", ""))[:7]}
         entries.append({
-            "quantity": link["quantity"], "kind": "measured", "device": run["device"]["name"],
-            "value": raw * float(link.get("scale", 1.0)), "unit": link["unit"], "committed": True,
-            "folder": folder, "date": str(record.get("date", ""))[:10], "torch": versions.get("torch", "?"),
-            "basis": f"suite item {link['item']}, {link['path']}: {_how(record, link['path'])}",
-            "spread": _spread(record, link["path"]),
-            "commit": str(record.get("commit", ""))[:7]})
+            **common, "kind": "measured", "device": run["device"]["name"],
+            "value": raw * float(link.get("scale", 1.0)),
+            "basis": (f"suite item {link['item']}, {link['path']}: {_how(record, link['path'])}; commit "
+                      f"{common['commit']}" + (f"; the item's notes: {notes}" if notes else "")),
+            "spread": _spread(record, link["path"]), "verdict": _verdict(record, link["path"])})
+        predicted = link.get("predicted_path") and lookup(record, link["predicted_path"])
+        if predicted:
+            entries.append({
+                **common, "kind": "predicted", "device": f"{run['device']['name']} (the suite's prediction)",
+                "value": predicted * float(link.get("scale", 1.0)),
+                "basis": (f"recorded by suite item {link['item']} beside its measurement, "
+                          f"{link['predicted_path']}: {_how(record, link['predicted_path'])}")})
     return entries
+
+
+def _timed_source(record: Mapping[str, Any], path: str) -> tuple[str, Mapping[str, Any]] | None:
+    """The timing a number comes from: its own (``measurements.X``, ``comparisons.X...``) or, for a value derived
+    from an item's one timed comparison and nothing else (a case study's speedup per real token), that one."""
+    parts = path.split(".")
+    if parts[0] in ("measurements", "comparisons") and len(parts) > 1:
+        node = record.get(parts[0], {}).get(parts[1])
+        return (parts[0], node) if isinstance(node, Mapping) else None
+    comparisons = record.get("comparisons", {})
+    if parts[0] == "values" and len(comparisons) == 1 and not record.get("measurements"):
+        return "comparisons", next(iter(comparisons.values()))
+    return None
+
+
+def _verdict(record: Mapping[str, Any], path: str) -> str | None:
+    """A comparison's verdict where the timing could not tell its two sides apart (said beside the number)."""
+    source = _timed_source(record, path)
+    if source is None or source[0] != "comparisons":
+        return None
+    verdict = str(source[1].get("verdict", ""))
+    return verdict if verdict.startswith("no difference") else None
 
 
 def _how(record: Mapping[str, Any], path: str) -> str:
@@ -216,11 +277,11 @@ NOISY = 0.25
 
 def _spread(record: Mapping[str, Any], path: str) -> float | None:
     """The widest spread of the timings a number comes from (a comparison's two sides), or None."""
-    parts = path.split(".")
-    node = record.get(parts[0], {}).get(parts[1], {}) if len(parts) > 1 else {}
-    if not isinstance(node, Mapping):
+    source = _timed_source(record, path)
+    if source is None:
         return None
-    sides = [node] if parts[0] == "measurements" else [node.get("before", {}), node.get("after", {})]
+    kind, node = source
+    sides = [node] if kind == "measurements" else [node.get("before", {}), node.get("after", {})]
     spreads = [s.get("spread") for s in sides if isinstance(s, Mapping) and isinstance(s.get("spread"), (int, float))]
     return max(spreads) if spreads else None
 
@@ -249,8 +310,9 @@ def _columns(entries: Sequence[dict], spec: Mapping[str, Any]) -> list[tuple[str
             keys.append((gpu, gpu))
     for e in entries:
         f = family(e["device"])
-        if e.get("committed") and f not in MAIN_GPUS and (f, f) not in keys:
-            keys.append((f or e["device"], f or e["device"]))
+        name = e["device"].removesuffix(" (the suite's prediction)")
+        if e.get("committed") and f not in MAIN_GPUS and (f or name) not in {k for k, _ in keys}:
+            keys.append((f or name, f or name))
     taken = {k for k, _ in keys}
     if any(_column_of(e, taken) == "other" for e in entries):
         keys.append(("other", "other hardware"))
@@ -264,15 +326,19 @@ def _column_of(entry: Mapping[str, Any], taken: set[str]) -> str:
     if f in taken:
         return f
     if entry.get("committed"):
-        return entry["device"]
+        return entry["device"].removesuffix(" (the suite's prediction)")
     return "other"
 
 
 def entries_of(spec: Mapping[str, Any], results: Mapping[str, dict] | None) -> list[dict]:
-    """The view's own rows and the committed measurements its links point at."""
+    """The view's own rows and the committed measurements its links point at; a prediction the suite recorded
+    is shown only for a GPU the page makes no prediction of its own for (the two come from the same model)."""
     entries = [dict(row) for row in spec["rows"]]
     for link in spec.get("links", []):
-        entries += committed(results, link)
+        page_predicted = {family(r["device"]) for r in spec["rows"]
+                          if r["quantity"] == link["quantity"] and r["kind"] == "predicted"}
+        entries += [e for e in committed(results, link)
+                    if e["kind"] == "measured" or family(e["device"]) not in page_predicted]
     return entries
 
 
@@ -309,8 +375,12 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
         meta = ""
         if e.get("committed"):
             noisy = f", noisy: spread {e['spread']:.0%}" if (e.get("spread") or 0) > NOISY else ""
-            meta = (f'<span class="gv-meta">{esc(e["device"])}, {esc(e["date"])}, torch {esc(e["torch"])}'
-                    f"{esc(noisy)}</span>")
+            tie = f", {e['verdict']}" if e.get("verdict") else ""
+            if e["kind"] == "predicted":
+                meta = '<span class="gv-meta">the suite\'s prediction, same model</span>'
+            else:
+                meta = (f'<span class="gv-meta">{esc(e["device"])}, {esc(e["date"])}, torch {esc(e["torch"])}'
+                        f"{esc(noisy + tie)}</span>")
         elif column == "other" or (column not in ("here",) and e["kind"] == "published"):
             meta = f'<span class="gv-meta">{esc(e["device"])}</span>'
         elif e["kind"] == "predicted" and "(" in e["device"]:
@@ -326,14 +396,15 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
         for key, heading in columns:
             here = sorted((e for e in row if _column_of(e, taken) == key), key=lambda e: KINDS.index(e["kind"]))
             inner = "".join(entry_html(e, key) for e in here)
-            measured = [e for e in here if e.get("committed")]
+            measured = [e for e in here if e.get("committed") and e["kind"] == "measured"]
             predicted = [e for e in here if e["kind"] == "predicted" and e["unit"] == (measured[0]["unit"] if measured
                                                                                         else None)]
             if len(predicted) == 1:
                 for m in measured:
                     if predicted[0]["value"] > 0:
                         ratio = m["value"] / predicted[0]["value"]
-                        inner += (f'<div class="gv-ratio">measured / predicted: {esc(shown(ratio, "x"))}'
+                        inner += (f'<div class="gv-ratio" title="{esc(RATIO_HINT)}">measured / predicted: '
+                                  f'{esc(shown(ratio, "x"))}'
                                   + (f' ({esc(family(m["device"]) or m["device"])})' if len(measured) > 1 else "")
                                   + "</div>")
             label = "" if key == "here" else f' data-label="{esc(heading)}"'
@@ -348,7 +419,9 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
     caption = (f'<caption><b>{esc(spec["title"])}</b><br><span class="gv-legend">'
                + (f"<b>this page</b>: {esc(here_label)}. " if any(k == "here" for k, _ in columns) else "")
                + '<b style="color:{m}">measured</b> on a named device; <b style="color:{p}">predicted</b> by the '
-               "course's models; <b style=\"color:{u}\">published</b> in a cited source.</span></caption>").format(
+               "course's models (for a T4 and an H100 SXM from their datasheets: the NVIDIA H100 80GB HBM3 is an "
+               "H100 SXM); <b style=\"color:{u}\">published</b> in a cited source. " + esc(RATIO_HINT)
+               + "</span></caption>").format(
         m=KIND_COLOUR["measured"], p=KIND_COLOUR["predicted"], u=KIND_COLOUR["published"])
     chart = _chart(quantities, entries, columns, taken)
     notes_html = ("<details class='gv-notes'><summary>How each number was obtained</summary><ol>"
@@ -372,7 +445,7 @@ def _status(spec: Mapping[str, Any], results: Mapping[str, dict] | None, entries
         return (f"GPU measurements of these quantities (suite items {named}) are read from the course's committed "
                 f"result files, which this copy of the library does not have: the book shows them, and "
                 f"{appendix} lists every device.")
-    devices = sorted({e["device"] for e in entries if e.get("committed")})
+    devices = sorted({e["device"] for e in entries if e.get("committed") and e["kind"] == "measured"})
     if not devices:
         return (f"No GPU measurement committed yet for this view (suite items {named}): "
                 "<code>python -m gpuformer_lib.gpu_suite</code> on a GPU writes one, and committing its files "
@@ -382,34 +455,38 @@ def _status(spec: Mapping[str, Any], results: Mapping[str, dict] | None, entries
 
 
 def _chart(quantities: Sequence[str], entries: Sequence[dict], columns, taken) -> str:
-    """A dot chart, one line per quantity that has a committed GPU measurement and another number in the same
-    unit: each number a mark on a log axis spanning that line's numbers (filled: measured, ring: predicted,
-    diamond: published), its device written under it."""
+    """A dot chart, one line per quantity that has a committed GPU measurement and a number of another kind or
+    from this page in the same unit: each number a mark on a log axis spanning at least a factor of 4 around that
+    line's numbers (filled: measured, ring: predicted, diamond: published), its device written under it."""
     lines = []
     for q in quantities:
         row = [e for e in entries if e["quantity"] == q]
-        gpu = [e for e in row if e.get("committed")]
+        gpu = [e for e in row if e.get("committed") and e["kind"] == "measured"]
         if not gpu:
             continue
         same = [e for e in row if e["unit"] == gpu[0]["unit"] and e["value"] > 0]
-        if len(same) < 2:
-            continue
+        if not any(not (e.get("committed") and e["kind"] == "measured") for e in same):
+            continue  # GPU measurements alone: the table compares them better
         lo, hi = min(e["value"] for e in same), max(e["value"] for e in same)
-        span = math.log10(hi / lo) if hi > lo else 1.0
-        lo_axis = math.log10(lo) - 0.08 * span
+        # the axis spans at least a factor of 4, so that 54.1 and 54.3 do not land at its two ends
+        centre = math.log10(lo * hi) / 2
+        span = max(math.log10(hi / lo), math.log10(4.0))
+        lo_axis = centre - 0.58 * span
         width = span * 1.16
+        lo, hi = 10 ** lo_axis, 10 ** (lo_axis + width)
         marks = []
         for i, e in enumerate(sorted(same, key=lambda e: e["value"])):
             x = 100 * (math.log10(e["value"]) - lo_axis) / width
             col = _column_of(e, taken)
             who = "this page" if col == "here" else (family(e["device"]) or e["device"])
+            who += {"measured": "", "predicted": " pred.", "published": " pub."}[e["kind"]] if col != "here" else ""
             marks.append(f'<span class="gv-mark gv-{e["kind"]}" style="left:{x:.1f}%" '
                          f'title="{html.escape(e["kind"])}, {html.escape(e["device"])}: '
                          f'{html.escape(shown(e["value"], e["unit"]))} {html.escape(e["unit"])}"></span>'
                          f'<span class="gv-mark-label gv-row{i % 2}{_edge(x)}" style="left:{x:.1f}%">'
                          f'{html.escape(who)}</span>')
         lines.append(f'<div class="gv-chart-line"><div class="gv-chart-title">{html.escape(q)} '
-                     f'({html.escape(gpu[0]["unit"])}, log scale: {html.escape(shown(lo, gpu[0]["unit"]))} '
+                     f'({html.escape(gpu[0]["unit"])}, log scale from {html.escape(shown(lo, gpu[0]["unit"]))} '
                      f'to {html.escape(shown(hi, gpu[0]["unit"]))})</div><div class="gv-strip">{"".join(marks)}'
                      "</div></div>")
     if not lines:
@@ -456,8 +533,9 @@ def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str,
         return "<p class='gv-status'>No GPU measurement has been committed yet.</p>"
     out = ["<h2>Measured against predicted</h2>",
            "<p>Every quantity a chapter's GPU view links to a suite item, on every committed device, with the "
-           "prediction for the same GPU where the page makes one (predictions are for a T4 and an H100 SXM, from "
-           "datasheet figures).</p>",
+           "prediction for the same GPU: the page's own (for a T4 and an H100 SXM, from datasheet figures; the "
+           "NVIDIA H100 80GB HBM3 is an H100 SXM), else the one the suite recorded beside its measurement where it "
+           "records one. " + esc(RATIO_HINT) + "</p>",
            STYLE, '<div class="gv-appendix-block"><div class="gpuview-scroll"><table class="gv-appendix"><thead><tr>'
            "<th>chapter</th><th>quantity</th><th>device</th><th>measured</th><th>predicted</th>"
            "<th>measured / predicted</th></tr></thead><tbody>"]
@@ -465,8 +543,10 @@ def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str,
         for link in spec.get("links", []):
             preds = [r for r in spec["rows"] if r["quantity"] == link["quantity"] and r["kind"] == "predicted"
                      and r["unit"] == link["unit"]]
-            for m in committed(results, link):
-                p = [r for r in preds if family(r["device"]) == family(m["device"])]
+            found = committed(results, link)
+            for m in (e for e in found if e["kind"] == "measured"):
+                p = [r for r in preds if family(r["device"]) == family(m["device"])] or [
+                    e for e in found if e["kind"] == "predicted" and e["folder"] == m["folder"]]
                 pred = shown(p[0]["value"], p[0]["unit"]) + " " + p[0]["unit"] if len(p) == 1 else "none on the page"
                 ratio = shown(m["value"] / p[0]["value"], "x") if len(p) == 1 and p[0]["value"] > 0 else ""
                 out.append(f'<tr><td data-label="chapter"><a href="../notebooks/{esc(stem)}.html">{esc(stem[:2])}</a>'
@@ -480,12 +560,16 @@ def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str,
     heads = "".join(f"<th>{esc(results[f]['device']['name'])}</th>" for f in folders)
     out.append("<ul>" + "".join(
         f"<li><b>{esc(results[f]['device']['name'])}</b>: {len(results[f]['items'])} items passed; "
-        f"{_versions(results[f])}; files in <code>bench_results/gpu/{esc(f)}/</code></li>" for f in folders) + "</ul>")
+        f"{_versions(results[f])}; files in <code>bench_results/gpu/{esc(f)}/</code>"
+        + "".join(f"; skipped: <code>{esc(k)}</code> ({esc(why)})" for k, why in results[f].get("skipped", []))
+        + "</li>" for f in folders) + "</ul>")
     keys = sorted({k for f in folders for k in results[f]["items"]}, key=lambda k: (k[:4], k))
     for key in keys:
         records = {f: results[f]["items"].get(key) for f in folders}
         first = next(r for r in records.values() if r)
-        out.append(f"<h3>{esc(key)}</h3><p>{esc(first.get('title', ''))}</p>")
+        runs = "; ".join(f"{esc(results[f]['device']['name'])}: {esc(str(r.get('date', ''))[:10])}, commit "
+                         f"{esc(str(r.get('commit', ''))[:7])}" for f, r in records.items() if r)
+        out.append(f"<h3>{esc(key)}</h3><p>{esc(first.get('title', ''))} ({runs})</p>")
         names = sorted({(section, name) for r in records.values() if r
                         for section in ("values", "measurements", "comparisons") for name in r.get(section, {})})
         rows = []
@@ -500,7 +584,7 @@ def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str,
                     unit = r["values"][name].get("unit", "")
                 label = esc(results[f]["device"]["name"])
                 cells.append(f'<td data-label="{label}"></td>' if value is None else
-                             f'<td data-label="{label}">{esc(shown(value, unit))}&nbsp;{esc(unit)}</td>')
+                             f'<td data-label="{label}">{esc(si(value, unit))}</td>')
             label = {"values": "", "measurements": " (median)", "comparisons": " (speedup)"}[section]
             # a long recorded name may end a line after an underscore, as after a hyphen
             shown_name = esc(name).replace("_", "_<wbr>")

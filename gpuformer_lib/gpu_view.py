@@ -172,15 +172,19 @@ class SuiteLink:
     unit: str
     scale: float = 1.0
     """What the stored number is multiplied by to be in ``unit`` (stored seconds shown in ms: 1e3)."""
+    predicted_path: str = ""
+    """Where the item recorded its own prediction of the same number on that device, if it did: shown in the
+    columns of GPUs the page makes no prediction for (the H200's, for one)."""
 
     def __post_init__(self):
         # the item's existence is checked by tests/test_gpu_results.py: importing the suite's items here would
         # import its kernels into every chapter
         if not re.fullmatch(r"ch\d\d\.[a-z0-9_]+", self.item):
             raise ValueError(f"item must be a suite item's key such as 'ch05.training_step', got {self.item!r}")
-        if self.path.split(".")[0] not in ("values", "measurements", "comparisons") or self.path.count(".") < 1:
-            raise ValueError(f"path must be values.NAME, measurements.NAME or comparisons.NAME.FIELD, got "
-                             f"{self.path!r}")
+        for path in (self.path, self.predicted_path or "values.x"):
+            if path.split(".")[0] not in ("values", "measurements", "comparisons") or path.count(".") < 1:
+                raise ValueError(f"path must be values.NAME, measurements.NAME or comparisons.NAME.FIELD, got "
+                                 f"{path!r}")
         if not (isinstance(self.scale, numbers.Real) and math.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"scale must be a positive number, got {self.scale!r}")
 
@@ -219,10 +223,11 @@ def published(key: str, quantity: str | None = None) -> ViewRow:
                    f"{f.title}, {f.where}", f.url, f.key)
 
 
-def on_gpus(quantity: str, item: str, path: str, unit: str, *, scale: float = 1.0) -> SuiteLink:
+def on_gpus(quantity: str, item: str, path: str, unit: str, *, scale: float = 1.0, predicted: str = "") -> SuiteLink:
     """The row of ``quantity`` shows every committed GPU measurement of suite ``item`` at ``path`` (in ``unit``,
-    the stored number times ``scale``), and says plainly where none has been committed yet."""
-    return SuiteLink(quantity, item, path, unit, float(scale))
+    the stored number times ``scale``), and says plainly where none has been committed yet; ``predicted`` is the
+    path of the item's own prediction of that number, where it records one."""
+    return SuiteLink(quantity, item, path, unit, float(scale), predicted)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -202,3 +202,50 @@ def test_a_noisy_committed_timing_says_so_beside_its_number(tmp_path):
     assert "noisy: spread 210%" in shown and "spread 210%" in shown
     quiet = text(gpu_results.render_view(spec(), gpu_results.load_results(tmp_path / "none") or {}))
     assert "noisy" not in quiet
+
+
+def test_the_suites_own_prediction_fills_the_columns_of_gpus_the_page_predicts_nothing_for(two_devices):
+    """The A100 gets the prediction its suite run recorded, with its ratio; the H100 keeps the page's own."""
+    for path in two_devices.glob("*/ch05.json"):
+        data = json.loads(path.read_text())
+        data["items"]["ch05.training_step"]["values"]["decoder_lm_predicted_s"] = {
+            "value": 0.0102, "unit": "s", "how": "layer_cost.step_time_prediction"}
+        path.write_text(json.dumps(data))
+    s = spec()
+    s["links"][0]["predicted_path"] = "values.decoder_lm_predicted_s"
+    page = gpu_results.render_view(s, gpu_results.load_results(two_devices))
+    shown = text(page)
+    assert shown.count("the suite's prediction, same model") == 1  # the A100's; the H100 has the page's
+    assert "10.2\xa0ms" in shown and "measured / predicted: 5.99" in shown and "measured / predicted: 2.57" in shown
+    assert "Measured on GPUs: NVIDIA A100-SXM4-40GB, NVIDIA H100 80GB HBM3, from" in shown
+
+
+def test_a_tie_and_a_chart_of_gpu_measurements_alone(tmp_path):
+    root = tmp_path / "gpu"
+    tie = record(0.0296)
+    tie["comparisons"]["adamw_step"]["verdict"] = "no difference beyond the spread"
+    tie["comparisons"]["adamw_step"]["before"]["spread"] = 0.5
+    write_device(root, "nvidia-h100-80gb-hbm3", "NVIDIA H100 80GB HBM3", {"ch05.training_step": tie})
+    write_device(root, "nvidia-h200", "NVIDIA H200", {"ch05.training_step": record(0.0297)})
+    s = spec()
+    s["rows"] = s["rows"][:1]
+    s["links"].append({"quantity": "AdamW, foreach / fused", "item": "ch05.training_step",
+                       "path": "comparisons.adamw_step.speedup", "unit": "x", "scale": 1.0})
+    results = gpu_results.load_results(root)
+    shown = text(gpu_results.render_view(s, results))
+    assert "noisy: spread 50%, no difference beyond the spread" in shown
+    # only GPU measurements on a line: the table says it, no chart stretches 29.6 against 29.7 across its width
+    assert 'class="gv-chart"' not in gpu_results.render_view(s, results)
+    s["rows"].append({**spec()["rows"][1]})
+    chart = gpu_results.render_view(s, results)
+    positions = [float(x) for x in re.findall(r'class="gv-mark gv-measured" style="left:([\d.]+)%"', chart)]
+    assert len(positions) == 2 and abs(positions[0] - positions[1]) < 5  # a tenth of a percent apart stays close
+
+
+def test_the_appendix_uses_si_prefixes_and_names_skipped_items(two_devices):
+    (two_devices / "nvidia-h100-80gb-hbm3" / "suite.json").write_text(json.dumps({"items": [
+        {"key": "ch11.allreduce_busbw", "status": "skipped", "why": "needs 2 GPUs"}]}))
+    page = gpu_results.appendix_html(gpu_results.load_results(two_devices), [])
+    assert "skipped: <code>ch11.allreduce_busbw</code> (needs 2 GPUs)" in page
+    assert "29.6\xa0ms" in page and "commit c7117571" not in page and "commit c711757" in page
+    assert gpu_results.si(2.93e12, "B/s") == "2.93\xa0TB/s" and gpu_results.si(6.49e-6, "s") == "6.49\xa0µs"
