@@ -1,9 +1,27 @@
 """gpuformer_lib: the helper library of the course *GPU-Accelerated Transformer Training*.
 
-One concept per module (see the course plan). Layering, bottom to top: ``hardware`` (choosing the
-device, the hardware summary) imports nothing else of the library; ``profiles`` builds on it, and
-``device`` on both (it re-exports their names for the notebooks); ``viz`` and ``exercises`` sit on top;
-nothing here imports from notebooks or tests.
+One concept per module (see the course plan). The modules in eight parts, bottom to top; a module imports
+only from its own part and the parts below it (the ones above may import it), nothing imports from notebooks or
+tests, and no two modules import each other (``tests/test_layout.py`` checks this map against the files and
+their imports, at any depth):
+
+1. Hardware and timing: ``_checks``, ``rng``, ``hardware``, ``profiles``, ``device``, ``gpu``, ``bench``,
+   ``device_checks``, ``device_measurements``, ``rank_ends``, ``distributed``.
+2. Sources and results: ``published_figures``, ``published``, ``gpu_results``.
+3. The Transformer and its data: ``attention``, ``layers``, ``rope``, ``model``, ``model_sizes``,
+   ``losses``, ``clipping``, ``checkpoint``, ``fp8``, ``speed``, ``data``, ``packing``, ``generate``,
+   ``retrieval``.
+4. Predictions: ``gpu_view``, ``roofline``, ``layer_cost``, ``optimizer_cost``, ``memory``,
+   ``activation_accounting``, ``occupancy``, ``collective_costs``, ``parallel_costs``, ``bottlenecks``.
+5. Kernels, attention on a GPU and decoding: ``kernels``, ``tiled_attention``, ``kv_cache``,
+   ``seq2seq_decoding``, ``mixed_precision``.
+6. Training and parallelism: ``train``, ``lr_search``, ``ladder``, ``prefetch``, ``context_parallel``,
+   ``sequence_parallel``, ``pipeline_orders``, ``pipeline_schedules``.
+7. Case studies and after training: ``case_study``, ``translation_task``, ``proteins``, ``forecasting``,
+   ``toolchain``, ``deploy``, ``compression``.
+8. The course's machinery: ``viz``, ``diagrams``, ``exercises``, ``gpu_suite``, ``tools``, ``workers``.
+
+``device`` re-exports the names of ``hardware`` and ``profiles`` for the notebooks.
 
 Shape vocabulary, used in a comment on every reshape and matrix product in the library:
 

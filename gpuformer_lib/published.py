@@ -16,6 +16,7 @@ Leaves out: the course's predictions (``gpu_view``) and the datasheet peak table
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -96,15 +97,17 @@ def quote_contains(quote: str, value: float) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=None)
 def figures() -> tuple[PublishedFigure, ...]:
-    """Every registered figure, in registry order; keys are unique."""
+    """Every registered figure, in registry order, each checked as it is built; keys are unique."""
     from gpuformer_lib.published_figures import FIGURES
 
-    keys = [f.key for f in FIGURES]
+    built = tuple(PublishedFigure(**entry) for entry in FIGURES)
+    keys = [f.key for f in built]
     duplicated = sorted({k for k in keys if keys.count(k) > 1})
     if duplicated:
         raise ValueError(f"published figure keys must be unique; repeated: {duplicated}")
-    return FIGURES
+    return built
 
 
 def figure(key: str) -> PublishedFigure:

@@ -5,7 +5,9 @@ number. Keys are unique; ``tests/test_published.py`` checks every entry and that
 (``book/published_figures.md``, written by ``python -m gpuformer_lib.published``) lists them all.
 """
 
-from gpuformer_lib.published import PublishedFigure as F
+# Each entry is the keyword arguments of a gpuformer_lib.published.PublishedFigure, which checks it when
+# published.figures() builds the registry: this module imports nothing, so the two do not import each other.
+F = dict
 
 _T4_DEVICEQUERY = dict(
     hardware="NVIDIA Tesla T4 (1 GPU)", software="CUDA driver 12.2, CUDA runtime 11.8 (deviceQuery sample)",
@@ -1057,6 +1059,6 @@ TOOLS: tuple[F, ...] = (  # chapter 16: compilers, CUDA graphs, XLA/TPU, export,
            "post of 2020-01-21, as quoted in press reports): fusion of the kind torch.compile does."),
 )
 
-FIGURES: tuple[F, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
+FIGURES: tuple[dict, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
                           + TRAINING + PRECISION + MEMORY + PROFILING + DATA_PARALLEL + MODEL_PARALLEL
                           + CASE_TRANSLATION + PROTEINS + FORECASTING + TOOLS)
