@@ -1,0 +1,117 @@
+"""Which ATen operators of a training step launch how many GPU kernels: the ground truth for counting a step's
+kernels on a CPU (issue "predictions": one kernel count, checked against the profiler's).
+
+For the GPU suite's profiled step (``ch10.profile_step``: GPT-2 small, bf16 autocast, fused attention, eager,
+batch 4 x 1024) and the same step with fused AdamW, one step runs under a ``TorchDispatchMode`` that counts every
+operator dispatched below autograd, and one under ``torch.profiler``, whose CPU events list the kernels each
+``aten::`` operator launched itself. Written: for each operator name, how often it was dispatched, how often the
+profiler saw it, and the kernels launched directly under it; the step's total of kernels (memcpy and memset
+left out, as the suite counts them). On a CPU it runs the tiny preset (no kernels: a rehearsal of the code).
+
+    python scripts/kernel_census.py OUT.json
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from gpuformer_lib import ladder, speed
+from gpuformer_lib.model import DecoderLM
+
+
+class Dispatched(TorchDispatchMode):
+    """Counts the operators dispatched below autograd, by name (``aten.mm.default`` -> ``aten::mm``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[f"aten::{func.__name__.split('.')[0]}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def census(device: torch.device, fused_optimizer: bool) -> dict:
+    on_gpu = device.type == "cuda"
+    preset = ladder.PRESETS["gpt2-small" if on_gpu else "tiny"]
+    batch, seq_len = (4, preset.seq_len) if on_gpu else (1, 64)
+    plan = speed.SpeedPlan(dtype=torch.bfloat16 if on_gpu else None, check_token_ids=False,
+                           fused_optimizer=fused_optimizer)
+    torch.manual_seed(0)
+    with device:
+        model = DecoderLM(speed.model_config(preset.config, plan))
+    optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
+    step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
+                                 scaler=speed.grad_scaler(plan, device))
+    ids = torch.randint(0, preset.config.vocab_size, (batch, seq_len + 1)).to(device)
+    for _ in range(3):  # warm-up: the optimizer's state exists, lazy initialisations are done
+        step([ids])
+    if on_gpu:
+        torch.cuda.synchronize()
+    with Dispatched() as mode:
+        step([ids])
+    if on_gpu:
+        torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        step([ids])
+        if on_gpu:
+            torch.cuda.synchronize()
+    calls: collections.Counter = collections.Counter()
+    kernels: collections.Counter = collections.Counter()
+    kernel_names: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    total = copies = 0
+    for event in prof.events():
+        if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            if "memcpy" in event.name.lower() or "memset" in event.name.lower():
+                copies += 1
+            else:
+                total += 1
+            continue
+        if event.name.startswith("aten::"):
+            calls[event.name] += 1
+            own = [k for k in getattr(event, "kernels", []) if "memcpy" not in k.name.lower()
+                   and "memset" not in k.name.lower()]
+            kernels[event.name] += len(own)
+            for k in own:
+                kernel_names[event.name][k.name[:80]] += 1
+    names = sorted(set(mode.counts) | set(calls))
+    return {
+        "preset": preset.name, "batch": batch, "seq_len": seq_len, "dtype": str(plan.dtype),
+        "fused_optimizer": fused_optimizer, "parameters": len(list(model.parameters())),
+        "kernels_per_step": total, "copies_per_step": copies,
+        "dispatched_per_step": sum(mode.counts.values()),
+        "operators": {n: {"dispatched": mode.counts.get(n, 0), "profiled": calls.get(n, 0),
+                          "kernels": kernels.get(n, 0),
+                          "kernel_names": dict(kernel_names[n].most_common(4))} for n in names},
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    started = time.time()
+    result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "runs": [census(device, fused) for fused in (False, True)]}
+    result["seconds"] = round(time.time() - started, 1)
+    with open(argv[0], "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    for run in result["runs"]:
+        print(f"fused_optimizer={run['fused_optimizer']}: {run['kernels_per_step']} kernels, "
+              f"{run['dispatched_per_step']} operators dispatched, {run['copies_per_step']} copies")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
