@@ -1,0 +1,43 @@
+"""scripts/kernel_census.py runs (on a CPU: the tiny preset, no kernels) and its committed H100 census agrees with
+the GPU suite's profiled kernel count of the same step."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import torch
+
+from gpuformer_lib import gpu_results
+from gpuformer_lib.tools.notebooks import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "kernel_census.py"
+H100 = REPO_ROOT / "bench_results" / "kernel-census-nvidia-h100-80gb-hbm3.json"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("kernel_census", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_census_runs_on_a_cpu_and_counts_what_it_dispatches():
+    run = load_script().census(torch.device("cpu"), fused_optimizer=False)
+    ops = run["operators"]
+    assert run["kernels_per_step"] == 0 and run["dispatched_per_step"] == sum(v["dispatched"] for v in ops.values())
+    assert ops["aten::mm"]["dispatched"] > 0 and ops["aten::view"]["dispatched"] > 0
+
+
+def test_the_committed_h100_census_agrees_with_the_suites_profile():
+    census = json.loads(H100.read_text())
+    foreach, fused = census["runs"]
+    assert not foreach["fused_optimizer"] and fused["fused_optimizer"]
+    suite = gpu_results.load_results()["nvidia-h100-80gb-hbm3"]["items"]["ch10.profile_step"]
+    profiled = gpu_results.lookup(suite, "values.kernels_per_step")
+    assert abs(foreach["kernels_per_step"] / profiled - 1) < 0.02, (foreach["kernels_per_step"], profiled)
+    # fused AdamW launches fewer kernels than foreach AdamW; forward, loss and backward are the same
+    optimizer = [sum(v["kernels"] for n, v in run["operators"].items() if "foreach" in n or "fused_adamw" in n)
+                 for run in (foreach, fused)]
+    assert optimizer[1] < optimizer[0]
+    assert foreach["kernels_per_step"] - optimizer[0] == fused["kernels_per_step"] - optimizer[1]
