@@ -8,6 +8,11 @@ operator dispatched below autograd, and one under ``torch.profiler``, whose CPU 
 profiler saw it, and the kernels launched directly under it; the step's total of kernels (memcpy and memset
 left out, as the suite counts them). On a CPU it runs the tiny preset (no kernels: a rehearsal of the code).
 
+Then the launch floor of the same eager step, measured: at sizes so small that the GPU's work is a few
+microseconds per kernel (batch 1 x 16 to 1 x 256 tokens), the step's time is set by the host issuing its
+kernels, so time per step / kernels per step is the cost of one launch inside a real training step (Python,
+autograd and the dispatcher included), the constant a launch floor multiplies.
+
     python scripts/kernel_census.py OUT.json
 """
 
@@ -95,6 +100,58 @@ def census(device: torch.device, fused_optimizer: bool) -> dict:
     }
 
 
+def launch_floor(device: torch.device, fused_optimizer: bool, seq_lens=(16, 64, 256)) -> list[dict]:
+    """Median step time of the eager step at batch 1 and small ``seq_lens``, with its kernels per step (the
+    profiler's count, memcpy and memset left out): their ratio is the time per launch when the host is the
+    bottleneck. CUDA events around 20 steps, 5 repeats after 5 warm-up steps."""
+    preset = ladder.PRESETS["gpt2-small" if device.type == "cuda" else "tiny"]
+    plan = speed.SpeedPlan(dtype=torch.bfloat16 if device.type == "cuda" else None, check_token_ids=False,
+                           fused_optimizer=fused_optimizer)
+    torch.manual_seed(0)
+    with device:
+        model = DecoderLM(speed.model_config(preset.config, plan))
+    optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
+    step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
+                                 scaler=speed.grad_scaler(plan, device))
+    rows = []
+    for seq_len in [t for t in seq_lens if t < preset.config.max_len]:
+        ids = torch.randint(0, preset.config.vocab_size, (1, seq_len + 1)).to(device)
+        for _ in range(5):
+            step([ids])
+        times = []
+        for _ in range(5):
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(20):
+                    step([ids])
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3 / 20)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(20):
+                    step([ids])
+                times.append((time.perf_counter() - t0) / 20)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                                          else [])) as prof:
+            step([ids])
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        kernels = sum(1 for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+                      and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
+        gpu_busy = sum(e.device_time for e in prof.events()
+                       if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA) / 1e6
+        times.sort()
+        median = times[len(times) // 2]
+        rows.append({"batch": 1, "seq_len": seq_len, "step_s_median": median, "step_s_repeats": times,
+                     "kernels_per_step": kernels, "gpu_busy_s": gpu_busy,
+                     "seconds_per_kernel": median / kernels if kernels else None})
+    return rows
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
@@ -103,13 +160,19 @@ def main(argv: list[str]) -> int:
     started = time.time()
     result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-              "runs": [census(device, fused) for fused in (False, True)]}
+              "runs": [census(device, fused) for fused in (False, True)],
+              "launch_floor": {str(fused): launch_floor(device, fused) for fused in (False, True)}}
     result["seconds"] = round(time.time() - started, 1)
     with open(argv[0], "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
     for run in result["runs"]:
         print(f"fused_optimizer={run['fused_optimizer']}: {run['kernels_per_step']} kernels, "
               f"{run['dispatched_per_step']} operators dispatched, {run['copies_per_step']} copies")
+    for fused, rows in result["launch_floor"].items():
+        for r in rows:
+            print(f"fused={fused} T={r['seq_len']}: step {r['step_s_median'] * 1e3:.2f} ms, {r['kernels_per_step']} "
+                  f"kernels, GPU busy {r['gpu_busy_s'] * 1e3:.2f} ms, "
+                  + (f"{r['seconds_per_kernel'] * 1e6:.2f} us per kernel" if r["seconds_per_kernel"] else "no kernels"))
     return 0
 
 

@@ -41,3 +41,16 @@ def test_the_committed_h100_census_agrees_with_the_suites_profile():
                  for run in (foreach, fused)]
     assert optimizer[1] < optimizer[0]
     assert foreach["kernels_per_step"] - optimizer[0] == fused["kernels_per_step"] - optimizer[1]
+
+
+def test_the_committed_launch_floor_is_a_host_bound_step_of_the_same_kernels():
+    """At batch 1 and 16-256 tokens the step's GPU work fills only part of its time (the host issuing kernels
+    sets it), and it launches the kernels the census counted at batch 4 x 1024 (within 5 %)."""
+    census = json.loads(H100.read_text())
+    for fused, run in zip(("False", "True"), census["runs"]):
+        rows = census["launch_floor"][fused]
+        assert [r["seq_len"] for r in rows] == [16, 64, 256]
+        for r in rows:
+            assert r["gpu_busy_s"] < r["step_s_median"], r
+            assert abs(r["kernels_per_step"] / run["kernels_per_step"] - 1) < 0.05, r
+            assert r["seconds_per_kernel"] == r["step_s_median"] / r["kernels_per_step"]
