@@ -58,6 +58,7 @@ table.gpuview th.gv-quantity{font-weight:normal;min-width:8em}
 .gv-notes{font-size:.85em}
 @media (max-width:640px){
 table.gpuview thead{display:none}
+table.gpuview caption{display:block;width:auto}
 table.gpuview,table.gpuview tbody,table.gpuview tr,table.gpuview th,table.gpuview td{display:block;width:auto}
 table.gpuview tr{border-top:2px solid rgba(128,128,128,.5);padding:4px 0}
 table.gpuview th.gv-quantity{font-weight:600;border:none;min-width:0}

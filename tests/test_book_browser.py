@@ -340,6 +340,11 @@ def test_gpu_views_break_no_word_and_fit_their_column(site, browser, width):
                 if box["x"] + box["width"] > column + 1:
                     problems.append(f"{path} view {i}: reaches {box['x'] + box['width']:.0f} px, past the column's "
                                     f"{column:.0f} px at {width} px")
+                narrow = block.evaluate("(b) => [...b.querySelectorAll('caption')].filter(c => "
+                                        "c.getBoundingClientRect().width < 0.8 * b.getBoundingClientRect().width)"
+                                        ".length")
+                if narrow:
+                    problems.append(f"{path} view {i}: its caption is squeezed into a narrow column at {width} px")
                 wide = block.evaluate("(b) => [...b.querySelectorAll('.gpuview-scroll')].filter(s => "
                                       "s.scrollWidth > s.clientWidth + 1).length")
                 if wide:
