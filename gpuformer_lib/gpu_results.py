@@ -179,10 +179,7 @@ def si(value: float, unit: str) -> str:
         for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
             if abs(value) >= factor:
                 return f"{shown(value / factor, unit)}\xa0{prefix}{unit}"
-    if float(value).is_integer() or unit.strip() in ONE_DECIMAL_UNITS:
-        return f"{shown(value, unit)}\xa0{unit}".rstrip()
-    digits = 3 - int(math.floor(math.log10(abs(value)))) - 1 if value else 0
-    return f"{format_value(round(value, digits))}\xa0{unit}".rstrip()
+    return f"{shown(value, unit)}\xa0{unit}".rstrip()
 
 
 def lookup(record: Mapping[str, Any], path: str) -> float | None:
@@ -299,7 +296,7 @@ def view_id(spec: Mapping[str, Any]) -> str:
     return "gv-" + (re.sub(r"[^a-z0-9]+", "-", spec["title"].lower()).strip("-")[:40] or "view") + "-" + digest
 
 
-def _columns(entries: Sequence[dict], spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _columns(entries: Sequence[dict]) -> list[tuple[str, str]]:
     """``(key, heading)`` of the view's columns: the page's own device, the T4 and the H100, every other GPU
     with a committed measurement, then other hardware."""
     keys = []
@@ -349,7 +346,7 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
     vid = view_id(spec)
     esc = html.escape
     entries = entries_of(spec, results)
-    columns = _columns(entries, spec)
+    columns = _columns(entries)
     taken = {k for k, _ in columns}
     quantities: list[str] = []
     for e in entries:
@@ -408,9 +405,7 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
                                   f'{esc(shown(ratio, "x"))}'
                                   + (f' ({esc(family(m["device"]) or m["device"])})' if len(measured) > 1 else "")
                                   + "</div>")
-            label = "" if key == "here" else f' data-label="{esc(heading)}"'
-            if key == "here":
-                label = ' data-label="this page"'
+            label = f' data-label="{esc(heading)}"'
             cells.append(f'<td{label} class="{"gv-empty" if not here else "gv-cell"}">{inner}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
 
@@ -424,7 +419,7 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
                "H100 SXM); <b style=\"color:{u}\">published</b> in a cited source. " + esc(RATIO_HINT)
                + "</span></caption>").format(
         m=KIND_COLOUR["measured"], p=KIND_COLOUR["predicted"], u=KIND_COLOUR["published"])
-    chart = _chart(quantities, entries, columns, taken)
+    chart = _chart(quantities, entries, taken)
     notes_html = ("<details class='gv-notes'><summary>How each number was obtained</summary><ol>"
                   + "".join(f'<li id="{vid}-n{i}">{n}</li>' for i, n in enumerate(notes, 1)) + "</ol></details>")
     spec_text = esc(json.dumps(spec, sort_keys=True, separators=(",", ":")), quote=True)
@@ -455,7 +450,7 @@ def _status(spec: Mapping[str, Any], results: Mapping[str, dict] | None, entries
             f"{named}; every item on every device is in {appendix}.")
 
 
-def _chart(quantities: Sequence[str], entries: Sequence[dict], columns, taken) -> str:
+def _chart(quantities: Sequence[str], entries: Sequence[dict], taken: set[str]) -> str:
     """A dot chart, one line per quantity that has a committed GPU measurement and a number of another kind or
     from this page in the same unit: each number a mark on a log axis spanning at least a factor of 4 around that
     line's numbers (filled: measured, ring: predicted, diamond: published), its device written under it."""

@@ -42,11 +42,11 @@ class Dispatched(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def census(device: torch.device, fused_optimizer: bool) -> dict:
-    on_gpu = device.type == "cuda"
-    preset = ladder.PRESETS["gpt2-small" if on_gpu else "tiny"]
-    batch, seq_len = (4, preset.seq_len) if on_gpu else (1, 64)
-    plan = speed.SpeedPlan(dtype=torch.bfloat16 if on_gpu else None, check_token_ids=False,
+def training_step(device: torch.device, fused_optimizer: bool):
+    """The suite's profiled step: GPT-2 small (the tiny preset on a CPU), bf16 autocast on a GPU, fused attention,
+    no id check, AdamW (foreach, or fused); returns ``(preset, plan, model, step)``."""
+    preset = ladder.PRESETS["gpt2-small" if device.type == "cuda" else "tiny"]
+    plan = speed.SpeedPlan(dtype=torch.bfloat16 if device.type == "cuda" else None, check_token_ids=False,
                            fused_optimizer=fused_optimizer)
     torch.manual_seed(0)
     with device:
@@ -54,6 +54,34 @@ def census(device: torch.device, fused_optimizer: bool) -> dict:
     optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
     step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
                                  scaler=speed.grad_scaler(plan, device))
+    return preset, plan, model, step
+
+
+def profile_one(step, ids, device: torch.device):
+    """One step under torch.profiler (with CUDA activity on a GPU), synchronised before it stops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
+                                                      else [])) as prof:
+        step([ids])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return prof
+
+
+def is_device_event(event) -> bool:
+    return getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA
+
+
+def is_copy(name: str) -> bool:
+    """memcpy and memset: left out of kernel counts, as the suite leaves them out."""
+    return "memcpy" in name.lower() or "memset" in name.lower()
+
+
+def census(device: torch.device, fused_optimizer: bool) -> dict:
+    on_gpu = device.type == "cuda"
+    preset, plan, model, step = training_step(device, fused_optimizer)
+    batch, seq_len = (4, preset.seq_len) if on_gpu else (1, 64)
     ids = torch.randint(0, preset.config.vocab_size, (batch, seq_len + 1)).to(device)
     for _ in range(3):  # warm-up: the optimizer's state exists, lazy initialisations are done
         step([ids])
@@ -63,28 +91,21 @@ def census(device: torch.device, fused_optimizer: bool) -> dict:
         step([ids])
     if on_gpu:
         torch.cuda.synchronize()
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities) as prof:
-        step([ids])
-        if on_gpu:
-            torch.cuda.synchronize()
+    prof = profile_one(step, ids, device)
     calls: collections.Counter = collections.Counter()
     kernels: collections.Counter = collections.Counter()
     kernel_names: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     total = copies = 0
     for event in prof.events():
-        if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA:
-            if "memcpy" in event.name.lower() or "memset" in event.name.lower():
+        if is_device_event(event):
+            if is_copy(event.name):
                 copies += 1
             else:
                 total += 1
             continue
         if event.name.startswith("aten::"):
             calls[event.name] += 1
-            own = [k for k in getattr(event, "kernels", []) if "memcpy" not in k.name.lower()
-                   and "memset" not in k.name.lower()]
+            own = [k for k in getattr(event, "kernels", []) if not is_copy(k.name)]
             kernels[event.name] += len(own)
             for k in own:
                 kernel_names[event.name][k.name[:80]] += 1
@@ -104,15 +125,7 @@ def launch_floor(device: torch.device, fused_optimizer: bool, seq_lens=(16, 64, 
     """Median step time of the eager step at batch 1 and small ``seq_lens``, with its kernels per step (the
     profiler's count, memcpy and memset left out): their ratio is the time per launch when the host is the
     bottleneck. CUDA events around 20 steps, 5 repeats after 5 warm-up steps."""
-    preset = ladder.PRESETS["gpt2-small" if device.type == "cuda" else "tiny"]
-    plan = speed.SpeedPlan(dtype=torch.bfloat16 if device.type == "cuda" else None, check_token_ids=False,
-                           fused_optimizer=fused_optimizer)
-    torch.manual_seed(0)
-    with device:
-        model = DecoderLM(speed.model_config(preset.config, plan))
-    optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
-    step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
-                                 scaler=speed.grad_scaler(plan, device))
+    preset, _, _, step = training_step(device, fused_optimizer)
     rows = []
     for seq_len in [t for t in seq_lens if t < preset.config.max_len]:
         ids = torch.randint(0, preset.config.vocab_size, (1, seq_len + 1)).to(device)
@@ -133,17 +146,9 @@ def launch_floor(device: torch.device, fused_optimizer: bool, seq_lens=(16, 64, 
                 for _ in range(20):
                     step([ids])
                 times.append((time.perf_counter() - t0) / 20)
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda"
-                                                          else [])) as prof:
-            step([ids])
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-        kernels = sum(1 for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
-                      and "memcpy" not in e.name.lower() and "memset" not in e.name.lower())
-        gpu_busy = sum(e.device_time for e in prof.events()
-                       if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA) / 1e6
+        events = [e for e in profile_one(step, ids, device).events() if is_device_event(e)]
+        kernels = sum(1 for e in events if not is_copy(e.name))
+        gpu_busy = sum(e.device_time for e in events) / 1e6
         times.sort()
         median = times[len(times) // 2]
         rows.append({"batch": 1, "seq_len": seq_len, "step_s_median": median, "step_s_repeats": times,

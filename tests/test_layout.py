@@ -4,11 +4,11 @@ other in a circle."""
 
 from __future__ import annotations
 
-import ast
 import re
 
 import gpuformer_lib
 from gpuformer_lib.tools.notebooks import REPO_ROOT
+from package_imports import imports
 
 LIBRARY = REPO_ROOT / "gpuformer_lib"
 
@@ -29,21 +29,9 @@ def top_level(path) -> str:
 
 
 def library_imports(path) -> set[str]:
-    """The library's top-level names that ``path`` imports, anywhere in it (relative imports resolved)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: inside a subpackage, to its own modules
-                continue
-            if node.module == "gpuformer_lib":
-                names = [f"gpuformer_lib.{a.name}" for a in node.names]
-            elif node.module:
-                names = [node.module]
-        found |= {n.split(".")[1] for n in names if n.startswith("gpuformer_lib.")}
-    return found
+    """The library's top-level names that ``path`` imports, anywhere in it (a subpackage's relative imports of
+    its own modules left out)."""
+    return {name.split(".")[1] for name in imports(path.read_text()) if name.startswith("gpuformer_lib.")}
 
 
 def modules() -> dict[str, set[str]]:

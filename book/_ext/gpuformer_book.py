@@ -110,7 +110,7 @@ def fill_gpu_appendix(app: Sphinx, docname: str, source: list[str]) -> None:
         return
     gpu_results = _gpu_results(app)
     notebooks = sorted((Path(app.srcdir) / "notebooks").glob("*.ipynb"))
-    table = gpu_results.appendix_html(gpu_results.load_results(Path(app.srcdir) / "bench_results" / "gpu"),
+    table = gpu_results.appendix_html(getattr(app.env, "gpuformer_gpu_results", None),
                                       gpu_results.notebook_specs(notebooks))
     source[0] = source[0].replace(APPENDIX_MARK, "```{raw} html\n" + table + "\n```")
 
