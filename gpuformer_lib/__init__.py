@@ -11,7 +11,7 @@ their imports, at any depth):
 3. The Transformer and its data: ``attention``, ``layers``, ``rope``, ``model``, ``model_sizes``,
    ``losses``, ``clipping``, ``checkpoint``, ``fp8``, ``speed``, ``data``, ``packing``, ``generate``,
    ``retrieval``.
-4. Predictions: ``gpu_view``, ``roofline``, ``layer_cost``, ``optimizer_cost``, ``memory``,
+4. Predictions: ``predict`` (the one step-time predictor), ``gpu_view``, ``roofline``, ``layer_cost``, ``optimizer_cost``, ``memory``,
    ``activation_accounting``, ``occupancy``, ``collective_costs``, ``parallel_costs``, ``bottlenecks``.
 5. Kernels, attention on a GPU and decoding: ``kernels``, ``tiled_attention``, ``kv_cache``,
    ``seq2seq_decoding``, ``mixed_precision``.

@@ -274,6 +274,7 @@ _GPU_PEAKS: tuple[tuple[str, GpuPeak], ...] = (
     (r"\bT4\b", GpuPeak("T4", 8.1, None, 65, None, 320)),
     (r"V100-PCIE", GpuPeak("V100 PCIe", 14, None, 112, None, 900)),
     (r"V100", GpuPeak("V100 SXM2", 15.7, None, 125, None, 900)),
+    (r"P100", GpuPeak("P100 SXM2", 10.6, None, 21.2, None, 720)),
     (r"RTX A6000\s*$", GpuPeak("RTX A6000", 38.7, 77.4, 154.8, 154.8, 768)),
     (r"RTX 4090\s*$", GpuPeak("GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 1008)),
     (r"RTX 4080\s*$", GpuPeak("GeForce RTX 4080", 48.7, 48.7, 97.5, 97.5, 716.8)),

@@ -91,7 +91,7 @@ def format_value(value: float) -> str:
 def quote_contains(quote: str, value: float) -> bool:
     """Whether ``quote`` writes ``value`` (with or without thousands separators, trailing zeros or a sign)."""
     plain = quote.replace(",", "").replace("\u2009", "").replace("\u202f", "")
-    for token in re.findall(r"\d+(?:\.\d+)?", plain):
+    for token in re.findall(r"\d+(?:\.\d+)?|\.\d+", plain):  # "0.6" may be written ".6" (C source)
         if math.isclose(float(token), abs(value), rel_tol=0, abs_tol=1e-9):
             return True
     return False

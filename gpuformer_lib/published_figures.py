@@ -82,7 +82,7 @@ HARDWARE = (
       where="Maximum Achievable Matmul FLOPS comparison table, BF16 (columns MAMF, Theory, Efficiency, Best Shape "
             "MxNxK, torch ver)",
       quote="| NVIDIA H100 SXM  |  794.5 |    989 |      80.3% |   2048x2048x13312 | 2.7.0+cu126     |",
-      chapters=(1,),
+      chapters=(1, 10),
       note="Mean of 100 iterations after 50 warm-up ones at the best of a brute-force search of shapes, measured "
            "with mamf-finder.py: 80 % of the dense peak. A square product of one size reaches less."),
     F(key="t4-fp16-tensor-peak", value=65, unit="TFLOPS", quantity="FP16 Tensor Core peak (as announced)",
@@ -216,7 +216,7 @@ HEADS = (
       quantity="decode speed of Llama-2-7B in bf16 at batch size 1 (gpt-fast, torch.compile, KV cache)",
       hardware="NVIDIA A100-80GB (one of 8, power-limited to 330 W)", software="PyTorch nightly (late 2023), gpt-fast",
       url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)", where="Benchmarks table, row Base",
-      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4, 16),
+      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4, 10, 16),
       note="Batch size 1 and a 5-token prompt: each token reads every weight once, so the rate is bandwidth-bound."),
     F(key="gpt-fast-llama2-7b-decode-bandwidth", value=1397.31, unit="GB/s",
       quantity="memory bandwidth reached while decoding Llama-2-7B in bf16 at batch size 1",
@@ -245,7 +245,7 @@ MODEL = (
       where="§5.2 Hardware and Schedule",
       quote=("For our base models using the hyperparameters described throughout the paper, each training step "
              "took about 0.4 seconds."),
-      chapters=(5, 13),
+      chapters=(5, 10, 13),
       note=("A step of the 65 M-parameter base model over 8 GPUs, each with about 1/8 of the batch. Read in the "
             "paper's text as reproduced verbatim in public copies (§5.2).")),
     F(key="transformer-base-training-hours-8xp100", value=12, unit="hours",
@@ -520,6 +520,45 @@ DATA_PARALLEL: tuple[F, ...] = (  # chapter 11: data parallel, collectives, NCCL
       "row, Ring (LL/LL128/Simple)", quote="/* Ring (LL/LL128/Simple)*/ { .6, 1.9, 3.4 },",
       note="Per step of the ring (an all-reduce on N GPUs takes 2 (N - 1)); the LL protocol NCCL uses for small "
            "messages charges 0.6. Compare gloo's alpha measured on this page.", **_NCCL_TUNING),
+    F(key="nccl-nvlink-ring-ll-step-latency", value=0.6, unit="µs",
+      quantity="latency NCCL's model charges per ring step over NVLink (LL protocol)", where="hwLat table, NVLINK "
+      "row, Ring (LL/LL128/Simple)", quote="/* Ring (LL/LL128/Simple)*/ { .6, 1.9, 3.4 },",
+      note="LL (low latency) sends 8 bytes of data with 8 bytes of flags, so it is fast to start and slow to "
+           "stream; NCCL picks it for small messages. The course's predictor prices each protocol and takes the "
+           "fastest, as NCCL does.", **{**_NCCL_TUNING, "chapters": (10, 11)}),
+    F(key="nccl-nvlink-ring-ll128-step-latency", value=1.9, unit="µs",
+      quantity="latency NCCL's model charges per ring step over NVLink (LL128 protocol)", where="hwLat table, NVLINK "
+      "row, Ring (LL/LL128/Simple)", quote="/* Ring (LL/LL128/Simple)*/ { .6, 1.9, 3.4 },",
+      note="LL128 carries 120 bytes of data in every 128, between LL and Simple in latency and bandwidth.",
+      **{**_NCCL_TUNING, "chapters": (10, 11)}),
+    F(key="nccl-ring-ll-base-latency", value=6.6, unit="µs",
+      quantity="base latency NCCL's model charges per ring all-reduce call (LL protocol)",
+      where="baseLat table, Ring row (LL, LL128, Simple)",
+      quote="{  6.8, 14.0,    0 }, {  6.6, 14.0,  8.4 },  // Tree, Ring",
+      note="Paid once per call, whatever the message size: a tensor-parallel layer's two small all-reduces pay it "
+           "twice per layer.", **{**_NCCL_TUNING, "chapters": (10, 11)}),
+    F(key="nccl-ring-ll128-base-latency", value=14.0, unit="µs",
+      quantity="base latency NCCL's model charges per ring all-reduce call (LL128 protocol)",
+      where="baseLat table, Ring row (LL, LL128, Simple)",
+      quote="{  6.8, 14.0,    0 }, {  6.6, 14.0,  8.4 },  // Tree, Ring", **{**_NCCL_TUNING, "chapters": (10, 11)}),
+    F(key="nccl-ring-simple-base-latency", value=8.4, unit="µs",
+      quantity="base latency NCCL's model charges per ring all-reduce call (Simple protocol)",
+      where="baseLat table, Ring row (LL, LL128, Simple)",
+      quote="{  6.8, 14.0,    0 }, {  6.6, 14.0,  8.4 },  // Tree, Ring",
+      note="With nccl-nvlink-ring-step-latency, a ring all-reduce on 8 GPUs over NVLink costs at least "
+           "8.4 + 14 x 3.4 = 56 µs in Simple, before a byte of bandwidth.", **{**_NCCL_TUNING, "chapters": (10, 11)}),
+    F(key="nccl-ll-allreduce-bandwidth-divisor", value=4.0, unit="(divides the link's bus bandwidth)",
+      quantity="what NCCL's model divides a ring all-reduce's bus bandwidth by for the LL protocol",
+      where="ncclTopoTuneModel, 'Various model refinements' (ring, LL)",
+      quote="busBw * ((nNodes > 1 || coll == ncclFuncAllReduce || coll == ncclFuncReduce) ? 1.0/4.0 : 1.0/3.0)",
+      note="Also capped by a per-GPU-generation maximum (llMaxBws) that the course's model leaves out; LL is only "
+           "chosen for messages too small for bandwidth to matter.", **{**_NCCL_TUNING, "chapters": (10, 11)}),
+    F(key="nccl-ll128-bandwidth-share", value=0.92, unit="(share of the Simple protocol's bus bandwidth)",
+      quantity="bus bandwidth of the LL128 protocol for a ring, as a share of the link's (2+ GPUs a node)",
+      where="ncclTopoTuneModel, 'Various model refinements' (ring, LL128)",
+      quote="busBw * (ppn < 2 ? 0.7 : 0.92 /*120.0/128.0*/)",
+      note="Also capped per channel (perChMaxRingLL128Bws), which the course's model leaves out.",
+      **{**_NCCL_TUNING, "chapters": (10, 11)}),
     F(key="nccl-pcie-ring-step-latency", value=5.7, unit="µs",
       quantity="latency NCCL's model charges per ring step over PCIe (Simple protocol)", where="hwLat table, PCI "
       "row, Ring (LL/LL128/Simple)", quote="/* Ring (LL/LL128/Simple)*/ { 1.0, 2.5, 5.7 },",
@@ -1059,6 +1098,417 @@ TOOLS: tuple[F, ...] = (  # chapter 16: compilers, CUDA graphs, XLA/TPU, export,
            "post of 2020-01-21, as quoted in press reports): fusion of the kind torch.compile does."),
 )
 
+# ---------------------------------------------------------------------------------------------------------------
+# published measurements the step-time predictor (gpuformer_lib.predict) is validated against
+_BUILD_NANOGPT = dict(
+    hardware="one NVIDIA GPU of a Lambda GPU Cloud instance (the video description: 'The GPU I'm training the model "
+             "on is from Lambda GPU Cloud'); the chapter titles do not name it: an A100 by this key's name, not "
+             "confirmed in the text read",
+    software="PyTorch (version not stated), build-nanogpt train_gpt2.py at the commit named in the note (June 2024)",
+    url="https://classcentral.com/course/youtube-let-s-reproduce-gpt-2-124m-295231",
+    title="Class Central listing of Andrej Karpathy's lecture 'Let's reproduce GPT-2 (124M)' (YouTube, June 2024), "
+          "whose syllabus is the video's chapter list",
+    where="Syllabus (the video's chapter titles); a secondary source: the same titles, with timestamps, are in "
+          "copies of the YouTube description (e.g. https://moovly.ru/movies/"
+          "Mi9CRlI5eHBSN0JNNVptOEJFRW9oVEZrVFI1RXpUNnkyeXEwcGZQK1crYz0: '01:22:18 SECTION 2: Let\u2019s make it "
+          "fast. GPUs, mixed precision, 1000ms'); the build-nanogpt repository itself (README, commit messages) "
+          "gives no timings",
+    chapters=(10,))
+_BUILD_NANOGPT_STEP = (
+    "Secondary source: the chapter titles of the lecture as Class Central lists them, round readings of the dt the "
+    "training loop prints; the primary (the YouTube video and its description) was not opened, and the "
+    "build-nanogpt repository (https://github.com/karpathy/build-nanogpt) states no timings. Model, as written in "
+    "build-nanogpt train_gpt2.py: GPT-2 124M, 12 layers, d_model 768, 12 heads (head dim 64), MLP 3072 (4 x 768, "
+    "tanh-GELU), vocabulary 50257, context 1024, learned position embeddings, biases, LayerNorm before each "
+    "sublayer, token embedding tied to the output projection, no dropout. Step: one GPU, B = 16 sequences x T = "
+    "1024 = 16,384 tokens per step, no gradient accumulation, torch.optim.AdamW(lr=3e-4) (not fused), Tiny "
+    "Shakespeare batches from DataLoaderLite. What is timed (time.time around the loop body): next_batch on the "
+    "CPU, the host-to-device copy, zero_grad, forward + cross-entropy, backward and optimizer.step, ended by "
+    "torch.cuda.synchronize(). ")
+_DLE_TRANSFORMER_PERF = dict(
+    software="pytorch-22.06-py3 NGC container; NVIDIA's fairseq-based train.py (scripts/run_DGX1_*.sh, "
+             "scripts/run_DGXA100_*.sh)",
+    url="https://github.com/NVIDIA/DeepLearningExamples/blob/729963dd47e7c8bd462ad10bfac7a7b0b604e6dd/PyTorch/"
+        "Translation/Transformer/README.md",
+    title="NVIDIA DeepLearningExamples: Transformer for PyTorch (README)", chapters=(10,))
+_DLE_V100_WHERE = ("Results, Training performance results, 'Training performance: NVIDIA DGX-1 (8x V100 16GB)' table "
+                   "(columns GPUs, Batch size / GPU, Throughput - FP32, Throughput - mixed precision, speedup, weak "
+                   "scaling FP32, weak scaling mixed precision)")
+_DLE_A100_WHERE = ("Results, Training performance results, 'Training performance: NVIDIA DGX A100 (8x A100 40GB)' "
+                   "table (columns GPUs, Batch size / GPU, Throughput - TF32, Throughput - mixed precision, speedup, "
+                   "weak scaling TF32, weak scaling mixed precision)")
+_DLE_TRANSFORMER_STEP = (
+    "Model (the scripts' --arch transformer_wmt_en_de_big_t2t --share-all-embeddings, fairseq/models/transformer.py): "
+    "Transformer big, 6 encoder + 6 decoder layers, d_model 1024, 16 heads, FFN 4096 (ReLU), LayerNorm before each "
+    "sublayer, sinusoidal positions, one embedding matrix shared by the encoder input, decoder input and output "
+    "projection; joint BPE vocabulary of 33708 tokens plus special tokens (README); dropout 0.1, label-smoothed "
+    "cross-entropy (0.1), Adam, fused layer norm (--fuse-layer-norm), eager PyTorch, no gradient accumulation "
+    "(the scripts pass no --update-freq). WMT14 en-de sentences of varying length batched by a token budget: "
+    "--max-tokens bounds each GPU's batch (padded sentences x the longest length). The README: 'Performance numbers "
+    "(in tokens per second) were averaged over an entire training epoch': train.py's throughput meter counts each "
+    "batch's 'ntokens' (the sum of target lengths, fairseq/data/data_utils.py) over the elapsed time, summed over "
+    "the GPUs, so data loading, the optimizer and (on several GPUs) DDP's gradient all-reduce are inside it. ")
+_LLMC = dict(
+    software="llm.c train_gpt2cu (C/CUDA kernels, cuBLAS/cuBLASLt, cuDNN attention: the script builds with "
+             "USE_CUDNN=1; bf16, the Makefile's default PRECISION), mpirun -np 8, mid-2024",
+    where="the script's header comment, line 5 (an approximate figure written by the author)", chapters=(10,))
+_LLMC_URL = "https://github.com/karpathy/llm.c/blob/f1e2ace651495b74ae22d45d1723443fd00ecd3a/scripts/"
+_LLMC_STEP = (
+    "Model from the -e \"dNN\" depth flag (train_gpt2.cu: d12 = 768 channels and 12 heads, d24 = 1024 and 16, d36 = "
+    "1280 and 20, d48 = 1600 and 25), MLP 4 x d_model (GELU), vocabulary 50257 padded to 50304 inside llm.c, "
+    "T = 1024, token embedding tied to the output projection. 8 GPUs, data parallel with ZeRO-1 (-z 1: optimizer "
+    "state sharded), no activation recomputation (-r 0), AdamW. Timed: one optimizer step of -d tokens over all 8 "
+    "GPUs, including its gradient-accumulation micro-steps and the gradient reduction, as the author states it in a "
+    "comment (not a logged measurement); the comment does not say whether the periodic evaluation (-v 250, -h 1) "
+    "is included. ")
+_FA3_PAPER = dict(
+    url="https://arxiv.org/abs/2407.08608",
+    title="Shah, Bikshandi, Zhang, Thakkar, Ramani and Dao (2024), FlashAttention-3: Fast and Accurate Attention "
+          "with Asynchrony and Low-precision (arXiv:2407.08608)", chapters=(10,))
+_NCCL_2XA100 = dict(
+    url="https://github.com/NVIDIA/nccl/issues/583",
+    title="NVIDIA/nccl issue #583, 'AllReduce bandwidth change curve with respect to data size' (elevenxiang, "
+          "2021-10-18)", chapters=(10,))
+_A100_DATASHEET = dict(
+    hardware="NVIDIA A100 80GB SXM (the datasheet's SXM4 column; the PCIe column has the same peaks)",
+    software="not stated (a datasheet figure)",
+    url="https://github.com/RSandAI/Efficient-YOLO-RS-Airplane-Detection/blob/"
+        "d8228a315e81383aa6f640e6222c7a66285bcf27/2-Training/GPU/nvidia-a100-datasheet-nvidia-us-2188504-web.pdf",
+    title="NVIDIA A100 Tensor Core GPU datasheet (NVIDIA, 2022, document 2188504)",
+    chapters=(10,))
+_A100_DATASHEET_WHERE = ("page 1, table 'NVIDIA A100 Tensor Core GPU Specifications, SXM4 and PCIe form factors' "
+                         "(columns A100 80GB PCIe, A100 80GB SXM); NVIDIA's PDF, published at https://www.nvidia.com/"
+                         "content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-nvidia-us-2188504-"
+                         "web.pdf, read in the copy stored in the GitHub repository of the URL (text extracted from the "
+                         "PDF; table cells joined with spaces)")
+_AMPERE_WP = dict(
+    software="not stated (a specification)",
+    url="https://github.com/fmars/papers/blob/064468f8d8b5bde6118b410158621027fc4ed4c0/"
+        "nvidia-ampere-architecture-whitepaper.pdf",
+    title="NVIDIA A100 Tensor Core GPU Architecture (NVIDIA whitepaper V1.0, 2020)", chapters=(10,))
+_AMPERE_WP_READ = (" NVIDIA's PDF (https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/"
+                   "nvidia-ampere-architecture-whitepaper.pdf), read in the copy stored in the GitHub repository of "
+                   "the URL (text extracted from the PDF)")
+_AMPERE_WP_TABLE4 = ("Table 4, Comparison of NVIDIA Data Center GPUs (pp. 36-37; columns NVIDIA Tesla P100, Tesla "
+                     "V100, A100; board form factors SXM, SXM2, SXM4); table cells joined with ' | ', footnote marks "
+                     "dropped;" + _AMPERE_WP_READ)
+_AMPERE_WP_TABLE2 = ("Table 2, A100 speedup over V100 (p. 23; columns V100, A100, A100 Sparsity, A100 Speedup, A100 "
+                     "Speedup with Sparsity); table cells joined with ' | ';" + _AMPERE_WP_READ)
+
+VALIDATION: tuple[F, ...] = (  # chapter 10: what the step-time predictor (gpuformer_lib.predict) is checked against
+    # build-nanogpt's single-GPU speed ladder (GPT-2 124M, 16 x 1024 tokens a step)
+    F(key="build-nanogpt-a100-fp32-step-ms", value=1000, unit="ms",
+      quantity="training step time, GPT-2 124M, 16 x 1024 tokens, float32 (no TF32), eager",
+      quote="SECTION 2: Let\u2019s make it fast. GPUs, mixed precision, 1000ms",
+      note=_BUILD_NANOGPT_STEP + "This rung: float32 everywhere, matmuls included (TF32 off, PyTorch's default), "
+           "eager; attention written out (q @ k^T, masked_fill, softmax, @ v: the 16 x 12 x 1024 x 1024 score "
+           "matrix materialised). Code: commit 5265b2042aaaa84943313002671b8b3ca7749b06 without its "
+           "torch.set_float32_matmul_precision('high') line (that commit set B = 16, T = 1024 and TF32 together).",
+      **_BUILD_NANOGPT),
+    F(key="build-nanogpt-a100-tf32-step-ms", value=333, unit="ms",
+      quantity="training step time, GPT-2 124M, 16 x 1024 tokens, float32 with TF32 matmuls, eager",
+      quote="Tensor Cores, timing the code, TF32 precision, 333ms",
+      note=_BUILD_NANOGPT_STEP + "This rung: float32 tensors, matrix products on TF32 tensor cores "
+           "(torch.set_float32_matmul_precision('high')), everything else float32; eager; attention written out. "
+           "Code: commit 5265b2042aaaa84943313002671b8b3ca7749b06.",
+      **_BUILD_NANOGPT),
+    F(key="build-nanogpt-a100-bf16-step-ms", value=300, unit="ms",
+      quantity="training step time, GPT-2 124M, 16 x 1024 tokens, bf16 autocast, eager",
+      quote="float16, gradient scalers, bfloat16, 300ms",
+      note=_BUILD_NANOGPT_STEP + "This rung: torch.autocast(device_type, dtype=torch.bfloat16) around forward and "
+           "loss (matmuls in bf16; weights, gradients and AdamW state float32), TF32 still on, eager, attention "
+           "written out. Code: commit 177e4cd5b4cc05df4bb637ed1a9e55911d6f1e2c.",
+      **_BUILD_NANOGPT),
+    F(key="build-nanogpt-a100-compile-step-ms", value=130, unit="ms",
+      quantity="training step time, GPT-2 124M, 16 x 1024 tokens, bf16 autocast, torch.compile",
+      quote="torch.compile, Python overhead, kernel fusion, 130ms",
+      note=_BUILD_NANOGPT_STEP + "This rung: as the bf16 one plus model = torch.compile(model) (default mode); the "
+           "attention is still the written-out one. A steady-state step: the compile time falls in the first steps. "
+           "Code: commit fb8bd6efd1bd7c4c894c9256f3bf41420efd1cb2.",
+      **_BUILD_NANOGPT),
+    F(key="build-nanogpt-a100-flash-step-ms", value=96, unit="ms",
+      quantity="training step time, GPT-2 124M, 16 x 1024 tokens, bf16 autocast, torch.compile, "
+               "scaled_dot_product_attention",
+      quote="flash attention, 96ms",
+      note=_BUILD_NANOGPT_STEP + "This rung: as the compiled one with the attention replaced by "
+           "F.scaled_dot_product_attention(q, k, v, is_causal=True) (FlashAttention kernels where the GPU has them); "
+           "vocabulary still 50257. Code: commit 7ee630c8aa426cc9d22cff30c1b3480a24e016a1. The next chapters: "
+           "vocabulary 50304, 93 ms; fused AdamW and the GPT-3 hyper-parameters, 90 ms.",
+      **_BUILD_NANOGPT),
+    # NVIDIA's reference Transformer big (WMT14 en-de): tokens per second over a training epoch
+    F(key="nvidia-transformer-big-v100-fp32-tokens-per-s", value=8742, unit="tokens/s",
+      quantity="training throughput, Transformer big, 1 GPU, float32, 2560 tokens per GPU",
+      hardware="1 NVIDIA V100 16GB of a DGX-1 (SXM2)", where=_DLE_V100_WHERE,
+      quote="| 1      | 5120/2560          | 8742                 | 32942",
+      note=_DLE_TRANSFORMER_STEP + "This figure: 1 GPU, float32 on CUDA cores (no tensor cores), --max-tokens 2560 "
+           "(scripts/run_DGX1_FP32.sh; the column's '5120/2560' is mixed precision / FP32).",
+      **_DLE_TRANSFORMER_PERF),
+    F(key="nvidia-transformer-big-v100-amp-tokens-per-s", value=32942, unit="tokens/s",
+      quantity="training throughput, Transformer big, 1 GPU, mixed precision (fp16), 5120 tokens per GPU",
+      hardware="1 NVIDIA V100 16GB of a DGX-1 (SXM2)", where=_DLE_V100_WHERE,
+      quote="| 1      | 5120/2560          | 8742                 | 32942",
+      note=_DLE_TRANSFORMER_STEP + "This figure: 1 GPU, mixed precision (--amp; the README's default AMP level is "
+           "O2) on fp16 tensor cores, --max-tokens 5120 (scripts/run_DGX1_AMP.sh): twice the float32 batch, so the "
+           "x3.77 of the row is not a same-batch speedup.",
+      **_DLE_TRANSFORMER_PERF),
+    F(key="nvidia-transformer-big-8xv100-amp-tokens-per-s", value=214656, unit="tokens/s (8 GPUs together)",
+      quantity="training throughput, Transformer big, 8 GPUs data parallel, mixed precision, 5120 tokens per GPU",
+      hardware="8 NVIDIA V100 16GB (SXM2) in a DGX-1 (NVLink)", where=_DLE_V100_WHERE,
+      quote="| 8      | 5120/2560          | 59316                | 214656",
+      note=_DLE_TRANSFORMER_STEP + "This figure: 8 GPUs (DDP, torch.distributed.run), mixed precision (--amp), "
+           "--max-tokens 5120 per GPU; the row's weak scaling is 6.52 of 8 (float32: 59316 tokens/s, 6.79).",
+      **_DLE_TRANSFORMER_PERF),
+    F(key="nvidia-transformer-big-a100-tf32-tokens-per-s", value=51057, unit="tokens/s",
+      quantity="training throughput, Transformer big, 1 GPU, TF32, 10240 tokens per GPU",
+      hardware="1 NVIDIA A100 40GB of a DGX A100 (SXM4)", where=_DLE_A100_WHERE,
+      quote="| 1      | 10240              | 51057                | 82059",
+      note=_DLE_TRANSFORMER_STEP + "This figure: 1 GPU, TF32 as the README labels the column (the script "
+           "scripts/run_DGXA100_TF32.sh sets no precision flag: float32 tensors, matmuls on TF32 tensor cores "
+           "where the container enables it), --max-tokens 10240.",
+      **_DLE_TRANSFORMER_PERF),
+    F(key="nvidia-transformer-big-a100-amp-tokens-per-s", value=82059, unit="tokens/s",
+      quantity="training throughput, Transformer big, 1 GPU, mixed precision (fp16), 10240 tokens per GPU",
+      hardware="1 NVIDIA A100 40GB of a DGX A100 (SXM4)", where=_DLE_A100_WHERE,
+      quote="| 1      | 10240              | 51057                | 82059",
+      note=_DLE_TRANSFORMER_STEP + "This figure: 1 GPU, mixed precision (--amp), --max-tokens 10240 "
+           "(scripts/run_DGXA100_AMP.sh), the same batch as the TF32 figure: x1.60 over TF32.",
+      **_DLE_TRANSFORMER_PERF),
+    F(key="nvidia-transformer-big-8xa100-amp-tokens-per-s", value=551599, unit="tokens/s (8 GPUs together)",
+      quantity="training throughput, Transformer big, 8 GPUs data parallel, mixed precision, 10240 tokens per GPU",
+      hardware="8 NVIDIA A100 40GB (SXM4) in a DGX A100 (NVLink, NVSwitch)", where=_DLE_A100_WHERE,
+      quote="| 8      | 10240              | 347936               | 551599",
+      note=_DLE_TRANSFORMER_STEP + "This figure: 8 GPUs (DDP), mixed precision (--amp), --max-tokens 10240 per "
+           "GPU; the row's weak scaling is 6.72 of 8 (TF32: 347936 tokens/s, 6.81).",
+      **_DLE_TRANSFORMER_PERF),
+    # llm.c (C/CUDA) GPT-2 runs on one 8-GPU node, as the run scripts' comments give them
+    F(key="llm-c-gpt2-124m-8xa100-step-ms", value=300, unit="ms",
+      quantity="training step time, GPT-2 124M, 524,288 tokens a step over 8 GPUs, bf16, llm.c",
+      hardware="8 NVIDIA A100 80GB SXM (one rented node, '$14/hr')", url=_LLMC_URL + "run_gpt2_124M.sh",
+      title="karpathy/llm.c, scripts/run_gpt2_124M.sh (GPT-2 (124M) repro on FineWeb)",
+      quote="# on 8X A100 80GB SXM ($14/hr) steps in ~300ms/iter",
+      note=_LLMC_STEP + "This script: -e \"d12\" (12 layers, 768, 12 heads), -b 64 -t 1024 -d 524288: 64 x 1024 = "
+           "65,536 tokens per GPU per step, no gradient accumulation; the comment goes on: 'training time 18,865 * "
+           "300ms = 94.3 min'. llm-c-gpt2-124m-a100-mfu is the same run ('up to ~60%' MFU).",
+      **_LLMC),
+    F(key="llm-c-gpt2-350m-8xa100-step-ms", value=820, unit="ms",
+      quantity="training step time, GPT-2 350M, 524,288 tokens a step over 8 GPUs, bf16, llm.c",
+      hardware="8 NVIDIA A100 80GB SXM (one rented node, '$14/hr')", url=_LLMC_URL + "run_gpt2_350M.sh",
+      title="karpathy/llm.c, scripts/run_gpt2_350M.sh (GPT-2 (350M) repro on FineWeb)",
+      quote="# on 8X A100 80GB SXM ($14/hr) steps in ~820ms/iter",
+      note=_LLMC_STEP + "This script: -e \"d24\" (24 layers, 1024, 16 heads), -b 64 -t 1024 -d 524288: 65,536 "
+           "tokens per GPU per step, no gradient accumulation.",
+      **_LLMC),
+    F(key="llm-c-gpt2-774m-8xa100-step-s", value=1.7, unit="s",
+      quantity="training step time, GPT-2 774M, 524,288 tokens a step over 8 GPUs, bf16, llm.c",
+      hardware="8 NVIDIA A100 80GB SXM (one rented node, '$14/hr')", url=_LLMC_URL + "run_gpt2_774M.sh",
+      title="karpathy/llm.c, scripts/run_gpt2_774M.sh (GPT-2 (774M) repro on FineWeb)",
+      quote="# on 8X A100 80GB SXM ($14/hr) steps in ~1.7s/iter",
+      note=_LLMC_STEP + "This script: -e \"d36\" (36 layers, 1280, 20 heads), -b 32 -t 1024 -d 524288: 2 "
+           "micro-steps of 32 x 1024 tokens, 65,536 tokens per GPU per step.",
+      **_LLMC),
+    F(key="llm-c-gpt2-1558m-8xh100-step-s", value=2.8, unit="s",
+      quantity="training step time, GPT-2 1558M, 1,048,576 tokens a step over 8 GPUs, bf16, llm.c",
+      hardware="8 NVIDIA H100 80GB SXM (one rented node, '$28/hr')", url=_LLMC_URL + "run_gpt2_1558M.sh",
+      title="karpathy/llm.c, scripts/run_gpt2_1558M.sh (GPT-2 (1558M) repro on FineWeb-EDU)",
+      quote="# on 8X H100 80GB SXM ($28/hr) steps in 2.80s/iter",
+      note=_LLMC_STEP + "This script: -e \"d48\" (48 layers, 1600, 25 heads), -b 16 -t 1024 -d 1048576: 8 "
+           "micro-steps of 16 x 1024 tokens, 131,072 tokens per GPU per step; -ge 1 (GELU fused into the "
+           "cuBLASLt matmul), cosine schedule. The next line of the same comment computes with 2.7 s: "
+           "'32,000 steps * 2.7s => 24 hours'.",
+      **_LLMC),
+    # decoding at batch size 1 (gpt-fast)
+    F(key="gpt-fast-llama2-7b-eager-tokens-per-s", value=25.5, unit="tok/s",
+      quantity="decode speed of a 7B Llama at batch size 1, fp16 weights, eager PyTorch (the blog's starting point)",
+      hardware="one NVIDIA A100-80GB, power-limited to 330 W",
+      software="PyTorch nightly (late 2023), eager: no torch.compile, no static KV cache, no CUDA graphs",
+      url="https://github.com/pytorch/pytorch.github.io/blob/d119d840c32c0f302ebff9a18042da05f72753bf/_posts/"
+          "2023-11-30-accelerating-generative-ai-2.md",
+      title="Team PyTorch (2023), Accelerating Generative AI with PyTorch II: GPT, Fast (the blog post's Markdown "
+            "source; published at https://pytorch.org/blog/accelerating-generative-ai-2/)",
+      where="section heading 'Starting Point (25.5 tok/s)'; the hardware from the note at the top ('Unless otherwise "
+            "specified, all benchmarks are run on an A100-80GB, power limited to 330W')",
+      quote="Starting Point (25.5 tok/s)", chapters=(10,),
+      note="Batch size 1 ('We will be focusing on latency (i.e. batch size=1) for all of these benchmarks'); an "
+           "'extremely basic and simple implementation' shown only as an image. The model: 'a 7B parameter model. "
+           "Each parameter is stored in fp16' (the blog's MBU example; its conclusion says Llama-7B); gpt-fast's "
+           "model.py config '7B' is 32 layers, d_model 4096, 32 heads, SwiGLU FFN 11008, vocabulary 32000. Prompt "
+           "length and tokens generated are not stated for this figure. The blog finds it 'heavily CPU overhead "
+           "bound', the GPU idle between kernels, so a bandwidth-only model predicts it several times too fast. "
+           "With torch.compile(mode='reduce-overhead', fullgraph=True) and a static KV cache the same blog reaches "
+           "107.0 tok/s (Step 1); the README's later table gives 104.9 (gpt-fast-llama2-7b-decode-tokens-per-s)."),
+    F(key="gpt-fast-llama2-70b-tp8-tokens-per-s", value=62.5, unit="tokens/s",
+      quantity="decode speed of Llama-2-70B at batch size 1, bf16, tensor parallel over 8 GPUs, torch.compile",
+      hardware="8 NVIDIA A100-80GB, power-limited to 330 W, hybrid cube mesh topology",
+      software="PyTorch nightly, gpt-fast generate.py + tp.py (torch.compile mode='reduce-overhead', "
+               "ENABLE_INTRA_NODE_COMM=1 in the README's tensor-parallel command)",
+      url="https://github.com/pytorch-labs/gpt-fast/blob/32971d3129541c5bfb4f715abc33d1c5f408d204/README.md",
+      title="gpt-fast (README)", where="Benchmarks, Tensor Parallelism table, Llama-2-70B, row Number of GPUs 8 "
+      "(columns Tokens/Second, Memory Bandwidth (GB/s))",
+      quote="|           | 8   | 62.50   | 1135.29 |", chapters=(10,),
+      note="The README: 'all benchmarks are run at *batch size=1* ... with a very small prompt length (just 5 "
+           "tokens)'. Model (model.py config '70B'): 80 layers, d_model 8192, 64 query heads and 8 key/value heads "
+           "(grouped-query), SwiGLU FFN 28672, vocabulary 32000, bf16 weights (about 140 GB, about 17.5 GB per GPU: derived). "
+           "tp.py shards every linear layer over the 8 GPUs and all-reduces the output of each attention and each "
+           "MLP (funcol.all_reduce): 2 all-reduces of one 8192-wide bf16 vector per layer per token, 160 per "
+           "token (derived). Tokens/s: generated tokens over the wall time of the whole generate() call (5-token prefill "
+           "included), averaged over samples after a compile warm-up (generate.py). Same table: 2 GPUs 21.32, 4 "
+           "GPUs 38.01; the 1135.29 GB/s is the README's per-GPU memory bandwidth for this row."),
+    # one attention kernel: FlashAttention-3 forward on an H100
+    F(key="fa3-h100-fp16-forward-ms", value=3.538, unit="ms",
+      quantity="time of one FlashAttention-3 forward, FP16, non-causal, {batch, seqlen, nheads, hdim} = "
+               "{4, 8448, 16, 128}",
+      hardware="one NVIDIA H100 80GB SXM5 (700 W), GPU clock fixed at 1830 MHz",
+      software="FlashAttention-3 (CUTLASS 3.5), CUDA 12.3, PyTorch 2.3.0 (the paper's appendix C.1, May 2024)",
+      where="section 4.2 Ablation Study, Table 2 'Pipelining ablation measurements', row FlashAttention-3 (columns "
+            "Time, TFLOPs/s); read in an HTML rendering of the paper (ar5iv.labs.arxiv.org/html/2407.08608) "
+            "converted to Markdown",
+      quote="| FlashAttention-3 | 3.538 ms | 661 |",
+      note="Section 4.2: 'We ablate both the 2-stage WGMMA-softmax pipelining and warp-specialization for "
+           "non-causal FP16 FlashAttention-3 with fixed parameters {batch, seqlen, nheads, hdim} = {4, 8448, 16, "
+           "128}.' The paper counts forward FLOPs as 4 x seqlen^2 x head dim x heads (per sequence): 4 x 8448^2 x "
+           "128 x 16 x 4 = 2.34e12 FLOPs, / 3.538 ms = 661 TFLOPs/s, the table's other column (67 % of the 989 "
+           "TFLOPS dense peak, h100-sxm-bf16-dense-peak). Appendix C.1: clock fixed at 1830 MHz (the clock of the "
+           "989 TFLOPS figure), 'We repeat the benchmarks 100 times and take the average timing'. Same table: "
+           "without GEMM-softmax pipelining 4.021 ms, without warp specialization 4.105 ms.",
+      **_FA3_PAPER),
+    # collectives on A100 nodes
+    F(key="nccl-2xa100-allreduce-latency-us", value=10.14, unit="us",
+      quantity="time of one all-reduce of 32 bytes (8 floats, sum) between 2 GPUs over NVLink, out-of-place",
+      hardware="2 NVIDIA A100-SXM4-40GB of an 8-GPU A100 node",
+      software="nccl-tests all_reduce_perf, one process driving both GPUs (nThread 1 nGpus 2), warm-up 5, 20 "
+               "iterations; NCCL version not stated (October 2021)",
+      where="issue description, the nccl-tests output, row size 32 B (columns size, count, type, redop, time, algbw, "
+            "busbw, error, then the in-place ones)",
+      quote="32             8     float     sum    10.14    0.00    0.00  0e+00    10.21",
+      note="The smallest message of the sweep: the latency floor of one NCCL all-reduce call on 2 NVLink-connected "
+           "A100s as nccl-tests times it (the average over 20 back-to-back calls, launch cost included, no CUDA "
+           "graphs); in-place 10.21 us, and 64 B also takes 10.14 us. Compare nccl-nvlink-ring-step-latency (NCCL's "
+           "model: 0.6 us per ring step with the LL protocol small messages use, 2 steps for 2 GPUs): most of the "
+           "10 us is fixed per-call overhead, not the wire.",
+      **_NCCL_2XA100),
+    F(key="nccl-8xa100-allreduce-busbw", value=230, unit="GB/s",
+      quantity="all-reduce bus bandwidth at large messages (8 GB), 8 GPUs in one node (an NCCL developer's expected "
+               "value)",
+      hardware="8 NVIDIA A100-SXM4-80GB in one HPE Apollo 6500, connected by NVLink",
+      software="NCCL 2.18.1 (container) / 2.17.1 (host), nccl-tests all_reduce_perf",
+      url="https://github.com/NVIDIA/nccl-tests/issues/149",
+      title="NVIDIA/nccl-tests issue #149, 'Expected bandwidth results? A100 GPUs over NVLink' (answer by NCCL "
+            "developer sjeaugey)",
+      where="comment of 2023-07-05",
+      quote="At 512M the bandwidth is still increasing, so you should replace `1G` by `8G`. That should reach 230 "
+            "GB/s.", chapters=(10,),
+      note="An expectation, not a logged run. The same comment: 'Each NVLink has a line rate of 25GB/s (in each "
+           "direction) which converts to ~20GB/s effective bandwidth with a 128B payload size (*). The total "
+           "effective bandwidth should therefore be 240GB/s on A100, but some other bottlenecks on the GPUs limits "
+           "it to ~230GB/s.' The reporter had measured ~200 GB/s busbw with 1 GB at most. A measured one (opened): "
+           "nccl-tests issue #175 (https://github.com/NVIDIA/nccl-tests/issues/175) reports 'singleNode, "
+           "./build/all_reduce_perf -b 8 -e 4G -f 2 -g 8, result: 232.54GB/s' on an 8x A100 node. nccl-tests' "
+           "busbw = algbw x 2(N - 1)/N, so 230 GB/s of busbw on 8 GPUs is about 131 GB/s of algbw (derived)."),
+    # constants the predictor needs: measured matrix-product rates
+    F(key="a100-sxm-bf16-mamf", value=271.2, unit="TFLOPS",
+      quantity="measured BF16 matrix-product rate (maximum achievable matmul FLOPS, best shape of a search)",
+      hardware="NVIDIA A100 SXM", software="torch 2.6.0+cu126",
+      url="https://github.com/stas00/ml-engineering/blob/b9e29720eebd4aa946fa9678975385efbc90a777/compute/accelerator/README.md",
+      title="Stas Bekman, Machine Learning Engineering Open Book: Accelerators",
+      where="Maximum Achievable Matmul FLOPS comparison table, BF16 (columns MAMF, Theory, Efficiency, Best Shape "
+            "MxNxK, torch ver)",
+      quote="| NVIDIA A100 SXM  |  271.2 |    312 |      86.9% |   1024x10240x5120 | 2.6.0+cu126     |",
+      chapters=(10,),
+      note="The same table and method as h100-sxm-bf16-matmul-measured (794.5 on an H100 SXM): mean of 100 "
+           "iterations after 50 warm-up ones, at the best shape of a brute-force search (mamf-finder.py); 86.9 % "
+           "of the 312 TFLOPS dense peak (a100-bf16-dense-peak). The book warns the numbers are 'a rough "
+           "estimation'; a square product of one size reaches less."),
+    F(key="v100-fp16-matmul-measured", value=95, unit="TFLOPS",
+      quantity="measured FP16 matrix-product rate, square n x n, best of n = 128, 512, 2048, 8192 (not a shape "
+               "search)",
+      hardware="NVIDIA V100 16GB (form factor not stated)",
+      software="PyTorch, torch.utils.benchmark (versions of the V100 run not stated; the README recommends the NGC "
+               "PyTorch container, e.g. 22.07)",
+      url="https://github.com/mli/transformers-benchmarks/blob/04df81d067b5dc22ac920942e9dab9d739d81ddc/README.md",
+      title="Mu Li, Transformers Benchmarks (README)",
+      where="Micro-Benchmarking Summary table, row 'MatMul FP32 / FP16', column V100 16GB (the third of A100 80GB, "
+            "A6000, V100 16GB, 3090 Ti)",
+      quote="| MatMul FP32 / FP16        | 116 / 230 | 60 / 95  |  14 / 95  | 42 / 81  |", chapters=(10,),
+      note="No V100 row in the MAMF table (a100-sxm-bf16-mamf); this is the nearest measured rate found. "
+           "micro_bench.ipynb times 'a @ b' on two n x n fp16 matrices, FLOPs = 2 n^3 over the median of a >= 3 s "
+           "torch.utils.benchmark blocked_autorange, and the table keeps the best size: 76 % of the 125 TFLOPS "
+           "tensor-core peak (v100-sxm2-fp16-tensor-peak). Same cell: FP32 14 TFLOPS. '95' is also the A6000's "
+           "FP16 figure in the same row; the V100 is the third column."),
+    # datasheet peaks of the GPUs the validation cases ran on
+    F(key="a100-bf16-dense-peak", value=312, unit="TFLOPS", quantity="dense BF16 Tensor Core peak (no sparsity)",
+      where=_A100_DATASHEET_WHERE, quote="BFLOAT16 Tensor Core 312 TFLOPS | 624 TFLOPS*",
+      note="624 is the figure with 2:4 structured sparsity ('* With sparsity'); dense is 312. The whitepaper's "
+           "Table 1 gives the same for the 40 GB A100 (peaks at the 1410 MHz boost clock). FP16 tensor cores: also "
+           "312.", **_A100_DATASHEET),
+    F(key="a100-tf32-dense-peak", value=156, unit="TFLOPS", quantity="dense TF32 Tensor Core peak (no sparsity)",
+      where=_A100_DATASHEET_WHERE, quote="Tensor Float 32 (TF32) 156 TFLOPS | 312 TFLOPS*",
+      note="The roof of float32 matrix products when PyTorch allows TF32 (torch.set_float32_matmul_precision("
+           "'high')); 312 is with sparsity.", **_A100_DATASHEET),
+    F(key="a100-fp32-peak", value=19.5, unit="TFLOPS", quantity="float32 peak on CUDA cores (no tensor cores)",
+      where=_A100_DATASHEET_WHERE, quote="FP32 19.5 TFLOPS",
+      note="The roof of float32 matrix products with TF32 off, and of element-wise float32 arithmetic.",
+      **_A100_DATASHEET),
+    F(key="a100-80gb-hbm-bandwidth", value=2039, unit="GB/s", quantity="HBM2e memory bandwidth (datasheet peak)",
+      where=_A100_DATASHEET_WHERE, quote="GPU Memory Bandwidth 1,935GB/s 2,039GB/s",
+      note="2,039 GB/s is the SXM column; the A100 80GB PCIe has 1,935 GB/s. The 40 GB A100 has 1555 GB/s "
+           "(a100-40gb-hbm-bandwidth). gpt-fast's README measured about 1700 GB/s at most on a 330 W-limited "
+           "A100-80GB.", **_A100_DATASHEET),
+    F(key="a100-40gb-hbm-bandwidth", value=1555, unit="GB/s", quantity="HBM2 memory bandwidth (peak)",
+      hardware="NVIDIA A100 40GB (SXM4)",
+      where="section '40 GB HBM2 and 40 MB L2 Cache' (p. 16);" + _AMPERE_WP_READ,
+      quote="the NVIDIA A100 GPU has 40 GB of high-speed HBM2 memory with a class-leading 1555 GB/sec of memory "
+            "bandwidth",
+      note="The A100 of DGX A100 (8x A100 40GB), e.g. NVIDIA's Transformer tables above; 1215 MHz DDR over five "
+           "HBM2 stacks (p. 35). Table 4 gives the same 1555 GB/sec.", **_AMPERE_WP),
+    F(key="a100-nvlink-bandwidth", value=600, unit="GB/sec", quantity="NVLink 3 bandwidth per GPU, both directions "
+      "summed (12 links)", hardware="NVIDIA A100 (SXM4)",
+      where="section 'Third-Generation NVLink' (p. 52; also p. 17);" + _AMPERE_WP_READ,
+      quote="yielding a whopping 600 GB/sec total bandwidth for an entire A100 versus 300 GB/sec for Tesla V100.",
+      note="The same page: 'A single link provides 25 GB/second bandwidth in each direction', so 12 x 25 = 300 GB/s "
+           "each way; the registry's nvlink4-unidirectional-bandwidth (450, H100) counts one direction. The A100 "
+           "datasheet prints 'NVLink: 600GB/s'. NCCL reaches about 230 GB/s of all-reduce busbw on 8 A100s "
+           "(nccl-8xa100-allreduce-busbw).", **_AMPERE_WP),
+    F(key="v100-nvlink-bandwidth", value=300, unit="GB/sec", quantity="NVLink 2 bandwidth per GPU, both directions "
+      "summed (6 links)", hardware="NVIDIA Tesla V100 (SXM2)",
+      where="section 'Third-Generation NVLink' (p. 52; also p. 17);" + _AMPERE_WP_READ,
+      quote="yielding a whopping 600 GB/sec total bandwidth for an entire A100 versus 300 GB/sec for Tesla V100.",
+      note="Six links of 25 GB/s each way: 150 GB/s in each direction. DGX-1 joins its 8 V100s by NVLink in a "
+           "hybrid cube mesh, not a switch.", **_AMPERE_WP),
+    F(key="v100-sxm2-fp16-tensor-peak", value=125, unit="TFLOPS", quantity="FP16 Tensor Core peak (dense)",
+      hardware="NVIDIA Tesla V100 (SXM2, 1530 MHz boost)", where=_AMPERE_WP_TABLE2,
+      quote="A100 FP16 TC vs V100 FP16 TC | 125 TFLOPS | 312 TFLOPS | 624 TFLOPS | 2.5x | 5x",
+      note="Table 4 of the same whitepaper gives 125 for the V100's 'Peak FP16 Tensor TFLOPS with FP32 Accumulate' "
+           "too. The V100 has no bf16 and no TF32: float32 matrix products run on CUDA cores "
+           "(v100-sxm2-fp32-peak).", **_AMPERE_WP),
+    F(key="v100-sxm2-fp32-peak", value=15.7, unit="TFLOPS", quantity="float32 peak on CUDA cores",
+      hardware="NVIDIA Tesla V100 (SXM2, 1530 MHz boost)", where=_AMPERE_WP_TABLE2,
+      quote="A100 FP32 vs V100 FP32 | 15.7 TFLOPS | 19.5 TFLOPS | NA | 1.25x | NA",
+      note="Table 4 gives the same 15.7 for the Tesla V100 (SXM2) column. The roof of NVIDIA's float32 "
+           "Transformer figure (nvidia-transformer-big-v100-fp32-tokens-per-s).", **_AMPERE_WP),
+    F(key="v100-hbm-bandwidth", value=900, unit="GB/sec", quantity="HBM2 memory bandwidth (peak)",
+      hardware="NVIDIA Tesla V100 (SXM2; 16 GB or 32 GB)", where=_AMPERE_WP_TABLE4,
+      quote="Memory Bandwidth | 720 GB/sec | 900 GB/sec | 1555 GB/sec",
+      note="The middle column is the Tesla V100 (SXM2, 877.5 MHz DDR HBM2, 4096-bit).", **_AMPERE_WP),
+    F(key="p100-sxm2-fp32-peak", value=10.6, unit="TFLOPS", quantity="float32 peak (non-Tensor; the P100 has no "
+      "tensor cores)", hardware="NVIDIA Tesla P100 (the table's 'SXM' board, 1480 MHz boost)",
+      where=_AMPERE_WP_TABLE4, quote="Peak FP32 TFLOPS (non-Tensor) | 10.6 | 15.7 | 19.5",
+      note="The GPU of Vaswani et al.'s step times (transformer-base-step-time-8xp100, transformer-big-step-time-"
+           "8xp100); the paper says 'P100' without the form factor, and the table's P100 is the SXM-module "
+           "one (the key says sxm2 as the course named it).", **_AMPERE_WP),
+    F(key="p100-sxm2-fp16-peak", value=21.2, unit="TFLOPS", quantity="FP16 peak (non-Tensor: packed half2 on CUDA "
+      "cores)", hardware="NVIDIA Tesla P100 (the table's 'SXM' board, 1480 MHz boost)", where=_AMPERE_WP_TABLE4,
+      quote="Peak FP16 TFLOPS (non-Tensor) | 21.2 | 31.4 | 78",
+      note="Twice the float32 rate, through half2 instructions; no tensor cores. Vaswani et al. do not state the "
+           "precision of their P100 runs.", **_AMPERE_WP),
+    F(key="p100-sxm2-hbm-bandwidth", value=720, unit="GB/sec", quantity="HBM2 memory bandwidth (peak)",
+      hardware="NVIDIA Tesla P100 (the table's 'SXM' board, 16 GB, 703 MHz DDR)", where=_AMPERE_WP_TABLE4,
+      quote="Memory Bandwidth | 720 GB/sec | 900 GB/sec | 1555 GB/sec",
+      note="NVIDIA's whitepaper gives 720 GB/sec; the P100 product pages and datasheets, as restated in many "
+           "secondary copies, give 732 GB/s ('16GB CoWoS HBM2 at 732 GB/s'); no NVIDIA P100 datasheet was opened "
+           "here, so the registry holds the whitepaper's 720 (2 % apart).", **_AMPERE_WP),
+)
+
+
 FIGURES: tuple[dict, ...] = (SETUP + HARDWARE + KERNELS + ATTENTION + HEADS + MODEL + OPTIMIZERS
                           + TRAINING + PRECISION + MEMORY + PROFILING + DATA_PARALLEL + MODEL_PARALLEL
-                          + CASE_TRANSLATION + PROTEINS + FORECASTING + TOOLS)
+                          + CASE_TRANSLATION + PROTEINS + FORECASTING + TOOLS + VALIDATION)
