@@ -590,6 +590,72 @@ def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str,
     return "\n".join(out)
 
 
+VALIDATION_FILE = RESULTS_DIR.parent / "predictor-validation.json"
+"""The predictor's validation table, as ``python -m gpuformer_lib.predict validate --write`` commits it."""
+
+
+def load_validation(path: Path | None = None) -> dict | None:
+    """The committed validation record of the course's predictor (``gpuformer_lib.predict``), or None."""
+    path = VALIDATION_FILE if path is None else Path(path)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        record["rows"], record["summary"]["all"]["line"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ResultFileError(f"{path}: not the predictor's validation record ({exc})") from exc
+    return record
+
+
+def validation_html(record: Mapping[str, Any] | None) -> str:
+    """The appendix's account of the predictor: its summary, every published case against its prediction (each
+    linked to its registry entry), the course's own GPU runs, and the constants, each stated once."""
+    esc = html.escape
+    if not record:
+        return "<p class='gv-status'>The predictor's validation has not been committed yet.</p>"
+    s = record["summary"]
+    held, every = s["held_out"], s["all"]
+
+    def factor(log_ratio: float) -> str:
+        return f"{math.exp(log_ratio):.2f}x"
+
+    out = [f"<p><b>Held out ({held['count']} cases)</b>: a prediction misses its measurement by a factor of "
+           f"{factor(held['median_abs_log_ratio'])} at the median and {factor(held['worst_abs_log_ratio'])} at "
+           f"worst. <b>All {every['count']} published cases</b>: {factor(every['median_abs_log_ratio'])} at the "
+           f"median, {factor(every['worst_abs_log_ratio'])} at worst.</p>", STYLE]
+
+    def table(rows: Sequence[Mapping[str, Any]], linked: bool) -> str:
+        body = []
+        for r in rows:
+            name = esc(r["key"]) + ("" if r["held_out"] else " *")
+            if linked:
+                name = (f'<a href="{PUBLISHED_PAGE.split("/")[-1]}.html#{figure_anchor(r["key"])}">{name}</a>')
+            why = f"<details><summary>why</summary>{esc(r['explanation'])}</details>" if r["explanation"] else ""
+            body.append(f'<tr><th scope="row" data-label="case">{name}{why}</th><td data-label="GPU">{esc(r["gpu"])}'
+                        f'</td><td data-label="run as">{esc(r["execution"])}</td><td data-label="measured">'
+                        f'{esc(si(r["measured_s"], "s"))}</td><td data-label="predicted">{esc(si(r["predicted_s"], "s"))}'
+                        f'</td><td data-label="predicted / measured">{r["ratio"]:.2f}</td><td data-label="set by">'
+                        f'{esc(r["bound"])}</td></tr>')
+        return ('<div class="gv-appendix-block"><div class="gpuview-scroll"><table class="gv-appendix"><thead><tr>'
+                "<th>case</th><th>GPU</th><th>run as</th><th>measured</th><th>predicted</th>"
+                "<th>predicted / measured</th><th>set by</th></tr></thead><tbody>" + "".join(body)
+                + "</tbody></table></div></div>")
+
+    out.append(table(record["rows"], linked=True))
+    out.append("<p>* looked at while the predictor's byte and kernel rules were written; the others are held out. "
+               "Times are per step on one GPU (a throughput is turned into the time of the step that produced it); "
+               "a ratio below 1 is a prediction too fast.</p>")
+    if record.get("course_rows"):
+        out.append("<h3>The course's own GPU runs</h3><p>Chapter 10's profiled step and the speed ladder's bf16 rungs "
+                   "on every committed GPU (not held out: the eager launch constant is measured on these machines). "
+                   + esc(s["course"]["line"].replace("all: ", "")) + "</p>")
+        out.append(table(record["course_rows"], linked=False))
+    out.append("<h3>The constants, each stated once</h3><ul>" + "".join(
+        f"<li>{esc(name)}: <b>{esc(value)}</b> ({esc(source)})</li>" for name, value, source in record["constants"])
+        + "</ul>")
+    return "\n".join(out)
+
+
 def _versions(run: Mapping[str, Any]) -> str:
     """The device's size and the software its items ran on (the first item's; the suite runs them together)."""
     device = run["device"]

@@ -63,6 +63,9 @@ FUSED = frozenset({"compiled", "cuda-graphs", "hand-written"})
 """Executions whose element-wise kernels are fused (each run of them reads its inputs and writes its output once)."""
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+VALIDATION_FILE = REPO_ROOT / "bench_results" / "predictor-validation.json"
+"""The validation table as committed (``python -m gpuformer_lib.predict validate --write``): the book, built
+without torch, shows it; ``tests/test_predict.py`` checks it against a fresh run."""
 PCIE3_X16_LINE_RATE = 8e9 * 16 * 128 / 130 / 8
 """PCIe 3.0 x16 per direction, bytes/s (8 GT/s a lane, 16 lanes, 128b/130b encoding): the link of a machine
 whose GPUs are not joined by NVLink."""
@@ -936,12 +939,35 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def validation_record() -> dict:
+    """The validation as data: every published case's row, the course's own runs, the summaries, the constants."""
+    rows, course = validate(), course_rows()
+
+    def as_dict(r: Row) -> dict:
+        fig = figure(r.key) if r.key in {c.key for c in _cases()} else None
+        return {**dataclasses.asdict(r), "ratio": r.ratio,
+                "source": None if fig is None else {"value": fig.value, "unit": fig.unit, "hardware": fig.hardware,
+                                                    "title": fig.title}}
+
+    def summary(selected: Sequence[Row]) -> dict:
+        s = summarize(selected)
+        return {"count": s.count, "median_abs_log_ratio": s.median_abs_log_ratio,
+                "worst_abs_log_ratio": s.worst_abs_log_ratio, "line": s.line()}
+
+    return {"schema": 1, "rows": [as_dict(r) for r in rows], "course_rows": [as_dict(r) for r in course],
+            "summary": {"held_out": summary([r for r in rows if r.held_out]), "all": summary(rows),
+                        **({"course": summary(course)} if course else {})},
+            "constants": [list(c) for c in constants()]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m gpuformer_lib.predict",
                                      description="The course's step-time predictor against published GPU runs.")
     parser.add_argument("command", choices=["validate", "constants"])
+    parser.add_argument("--write", action="store_true",
+                        help=f"validate: also write the table to {VALIDATION_FILE.relative_to(REPO_ROOT)} (the book's)")
     args = parser.parse_args(argv)
     if args.command == "constants":
         for name, value, source in constants():
@@ -955,6 +981,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nThe course's own committed GPU runs (not held out: the eager launch constant comes from them):")
         print(table(course))
         print(summarize(course).line("course runs"))
+    if args.write:
+        VALIDATION_FILE.write_text(json.dumps(validation_record(), indent=1, ensure_ascii=False) + "\n")
+        print(f"\nwrote {VALIDATION_FILE}")
     print()
     print(summarize([r for r in rows if r.held_out]).line("held out"))
     print(summarize(rows).line("all"))

@@ -142,3 +142,28 @@ def test_the_validate_command_prints_the_table_and_ends_with_its_summary(capsys)
     summaries = [line for line in out if line.startswith(("held out:", "all:"))]
     assert len(summaries) == 2 and out[-1] == summaries[-1] and out[-1].startswith("all:")
     assert "median |log ratio|" in out[-1] and "worst" in out[-1]
+
+
+def test_the_committed_validation_file_is_what_the_predictor_says_now():
+    """The book shows bench_results/predictor-validation.json (it is built without torch): it must be this
+    code's validation; rerun `python -m gpuformer_lib.predict validate --write` after changing the predictor."""
+    committed = json.loads(predict.VALIDATION_FILE.read_text())
+    fresh = predict.validation_record()
+    for part in ("rows", "course_rows"):
+        assert [r["key"] for r in committed[part]] == [r["key"] for r in fresh[part]], part
+        for old, new in zip(committed[part], fresh[part]):
+            assert old["predicted_s"] == pytest.approx(new["predicted_s"], rel=1e-9), old["key"]
+            assert old["measured_s"] == pytest.approx(new["measured_s"], rel=1e-12), old["key"]
+            assert old["explanation"] == new["explanation"]
+    assert committed["constants"] == fresh["constants"]
+
+
+def test_the_appendix_shows_the_validation_with_every_case_linked_to_its_source():
+    from gpuformer_lib import gpu_results
+
+    assert "not been committed yet" in gpu_results.validation_html(None)
+    record = gpu_results.load_validation()
+    page = gpu_results.validation_html(record)
+    for row in record["rows"]:
+        assert f'#{published.figure_anchor(row["key"])}"' in page
+    assert "Held out (" in page and "The constants, each stated once" in page

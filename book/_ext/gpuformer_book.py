@@ -80,6 +80,7 @@ def drop_duplicate_scripts(app: Sphinx, pagename: str, templatename: str, contex
 
 
 APPENDIX_MARK = "<!-- gpu-measurements -->"
+VALIDATION_MARK = "<!-- predictor-validation -->"
 
 
 def _gpu_results(app: Sphinx):
@@ -109,6 +110,9 @@ def fill_gpu_appendix(app: Sphinx, docname: str, source: list[str]) -> None:
     if APPENDIX_MARK not in source[0]:
         return
     gpu_results = _gpu_results(app)
+    validation = gpu_results.validation_html(
+        gpu_results.load_validation(Path(app.srcdir) / "bench_results" / "predictor-validation.json"))
+    source[0] = source[0].replace(VALIDATION_MARK, "```{raw} html\n" + validation + "\n```")
     notebooks = sorted((Path(app.srcdir) / "notebooks").glob("*.ipynb"))
     table = gpu_results.appendix_html(getattr(app.env, "gpuformer_gpu_results", None),
                                       gpu_results.notebook_specs(notebooks))
