@@ -516,10 +516,14 @@ def predict_step(work: Work, gpu: str, *, bus_bandwidth: float | None = None) ->
         bus = bus_bandwidth if bus_bandwidth is not None else nvlink_bus_bandwidth(gpu)[0]
         allreduce = allreduce_seconds(work.allreduce_bytes, work.gpus, bus, calls=work.allreduce_calls)
     exposed = max(0.0, allreduce - work.backward_share * max(matrix_s + memory_s, host_s))
-    parts = {"compute": matrix_s if work.matrix_flops / rate >= work.matrix_bytes / bandwidth else 0.0,
-             "memory": memory_s + (matrix_s if work.matrix_flops / rate < work.matrix_bytes / bandwidth else 0.0),
-             "host": host_s, "communication": exposed}
-    return Prediction(gpu, matrix_s, memory_s, host_s, allreduce, exposed, max(parts, key=parts.get))
+    compute_part = matrix_s if work.matrix_flops / rate >= work.matrix_bytes / bandwidth else 0.0
+    if exposed > max(matrix_s + memory_s, host_s):
+        bound = "communication"
+    elif host_s > matrix_s + memory_s:
+        bound = "host"
+    else:
+        bound = "compute" if compute_part >= matrix_s + memory_s - compute_part else "memory"
+    return Prediction(gpu, matrix_s, memory_s, host_s, allreduce, exposed, bound)
 
 
 def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str = "eager", src_len: int = 0,

@@ -56,14 +56,35 @@ def test_gpu_presets_match_the_prose():
         assert autocast.plan.dtype == compute_dtype(PROFILES[name])
 
 
-def test_the_t4_step_is_compute_bound_by_the_launch_check(cells):
-    from gpuformer_lib import mixed_precision
+def test_the_t4_step_is_set_by_the_gpus_work_through_the_courses_predictor(cells):
+    """Chapter 10's GPU rows come from gpuformer_lib.predict (issue "predictions"), not from an assumed launch
+    cost: on a T4 the GPU's work, not the host's launches, sets the preset's eager step."""
+    import torch
+
+    from gpuformer_lib import predict, speed
 
     p = ladder.preset_for(PROFILES["t4"])
-    check = mixed_precision.launch_check(mixed_precision.RunSize(p.config, p.batch_size, p.seq_len, 1, 1e-4), "T4",
-                                         compute_dtype(PROFILES["t4"]))
-    assert check.compute_bound, "chapter 10's T4 step must be compute-bound for its MFU lesson to show"
-    assert 'assert launch["T4"].compute_bound' in pages.text(cells, "code")
+    dtype = compute_dtype(PROFILES["t4"])
+    work = predict.training_work(speed.model_config(p.config, speed.SpeedPlan(dtype=dtype, check_token_ids=False)),
+                                 tokens=p.batch_size * p.seq_len, seq_len=p.seq_len,
+                                 fmt="fp16" if dtype == torch.float16 else "bf16")
+    assert predict.predict_step(work, "T4").bound != "host"
+    code = pages.text(cells, "code")
+    assert 'assert predicted_steps["T4"][1].bound != "host"' in code
+    assert "launch_check" not in code and "ASSUMED_SECONDS_PER_OPERATOR" not in code
+
+
+def test_the_predictor_section_shows_the_validation_and_lets_a_learner_predict(cells):
+    code, prose = pages.text(cells, "code"), pages.text(cells, "markdown")
+    assert "## 10.8 Predicting a step before running it" in prose
+    assert "gpu_results.load_validation()" in code and 'xscale="log"' in code
+    assert "predict.training_work(" in code and "predict.predict_step(my_work" in code
+    glued = pages.glued(cells)
+    validation = __import__("gpuformer_lib.gpu_results", fromlist=["x"]).load_validation()
+    import math
+
+    assert glued["val_count"] == str(validation["summary"]["all"]["count"])
+    assert glued["val_median"] == f"{math.exp(validation['summary']['all']['median_abs_log_ratio']):.2f}x"
 
 
 def test_measurement_designs_use_the_library(cells):
