@@ -288,18 +288,14 @@ marks; ``clone`` and ``slice_backward`` of a contiguous tensor are copies the ce
 KERNELS_PER_OPERATOR = {
     "native_layer_norm_backward": 2,  # input gradient, then weight and bias gradients
     "embedding_dense_backward": 19,  # a radix sort of the ids, then the scatter of the rows
-    "_scaled_dot_product_flash_attention_for_cpu_backward": 3,  # GPU: dO.O, the backward, dQ's conversion
-    "_scaled_dot_product_flash_attention_backward": 3,
-    "_scaled_dot_product_efficient_attention_backward": 3,
-    "_scaled_dot_product_cudnn_attention_backward": 3,
+    "sdpa_backward": 3,  # fused attention's backward: dO.O, the backward kernel, dQ's conversion
 }
 """Operators that launch more than one kernel (the census of a GPT-2 step on an H100, by name); every other
 operator not in :data:`NO_KERNEL` launches one."""
 
 MATRIX_OPERATORS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul"})
-ATTENTION_OPERATORS = frozenset({n for n in KERNELS_PER_OPERATOR if "attention" in n} | {
-    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"})
+ATTENTION_OPERATORS = frozenset({"sdpa_forward", "sdpa_backward"})
+"""Fused attention, as :func:`dispatched_operators` records ``F.scaled_dot_product_attention``."""
 
 # multi_tensor_apply's limits (ATen's ForeachFunctors / MultiTensorApply.cuh): tensors per launch by the number
 # of lists the kernel reads and writes, chunks of 65,536 elements, at most 320 blocks per launch
@@ -353,22 +349,67 @@ def kernels_of(operators: dict[str, int]) -> int:
 
 def dispatched_operators(fn: Callable[[], object]) -> dict[str, int]:
     """Run ``fn()`` and count the ATen operators it dispatches below autograd, by name (``aten.mm.default`` ->
-    ``'mm'``). Build the model and its inputs outside ``fn``: only what ``fn`` runs is counted."""
+    ``'mm'``). Build the model and its inputs outside ``fn``: only what ``fn`` runs is counted.
+
+    ``F.scaled_dot_product_attention`` counts as one fused attention operator forward
+    (``'sdpa_forward'``) and one backward (``'sdpa_backward'``), whatever this CPU runs for it: with a mask or
+    dropout a CPU falls back to the explicit computation, where a GPU runs one fused kernel."""
     import collections
 
+    import torch
+    import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Count(TorchDispatchMode):
         def __init__(self):
             super().__init__()
             self.counts = collections.Counter()
+            self.paused = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.counts[func.__name__.split(".")[0]] += 1
+            if not self.paused:
+                self.counts[func.__name__.split(".")[0]] += 1
             return func(*args, **(kwargs or {}))
 
-    with _Count() as counter:
-        fn()
+    original = F.scaled_dot_product_attention
+    counter = _Count()
+
+    class _Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, options):
+            ctx.save_for_backward(q, k, v)
+            ctx.options = options
+            counter.counts["sdpa_forward"] += 1
+            counter.paused += 1
+            try:
+                return original(q, k, v, **options)
+            finally:
+                counter.paused -= 1
+
+        @staticmethod
+        def backward(ctx, grad):
+            counter.counts["sdpa_backward"] += 1
+            counter.paused += 1
+            try:
+                with torch.enable_grad():
+                    q, k, v = (t.detach().requires_grad_(t.requires_grad) for t in ctx.saved_tensors)
+                    out = original(q, k, v, **ctx.options)
+                    wanted = [t for t in (q, k, v) if t.requires_grad]
+                    grads = iter(torch.autograd.grad(out, wanted, grad))
+                    return (*(next(grads) if t.requires_grad else None for t in (q, k, v)), None)
+            finally:
+                counter.paused -= 1
+
+    def counted_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **rest):
+        options = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **rest)
+        return _Attention.apply(q, k, v, options)
+
+    F.scaled_dot_product_attention = counted_attention
+    try:
+        with counter:
+            fn()
+    finally:
+        F.scaled_dot_product_attention = original
     return dict(counter.counts)
 
 
@@ -668,7 +709,7 @@ def llama_decode_kernels(layers: int) -> KernelCount:
     with torch.no_grad():
         operators = dispatched_operators(forward)
     matrix = sum(n for name, n in operators.items() if name in MATRIX_OPERATORS)
-    attention = sum(n for name, n in operators.items() if "attention" in name)
+    attention = sum(n for name, n in operators.items() if name in ATTENTION_OPERATORS)
     return KernelCount(matrix, attention, kernels_of(operators) - matrix - attention, 0)
 
 
@@ -708,7 +749,9 @@ def _gpt2(d_model=768, layers=12, heads=12, *, fused_attention=True, vocab=50257
                              positional="learned", fused_attention=fused_attention)
 
 
-def _transformer_big(dropout=0.1):
+def transformer_big_config(dropout: float = 0.1):
+    """fairseq's Transformer big as NVIDIA's DeepLearningExamples train it (6+6 layers, width 1024, 16 heads,
+    feed-forward 4096, a shared vocabulary of 33,712), as the course's ``TransformerConfig``."""
     from gpuformer_lib.model import TransformerConfig
 
     return TransformerConfig(vocab_size=33712, d_model=1024, n_heads=16, n_encoder_layers=6, n_decoder_layers=6,
@@ -781,22 +824,22 @@ def _cases() -> tuple[Case, ...]:
              work=lambda: tr(g(1600, 48, 25, vocab=50304), tokens=131072, micro_batches=8, **llmc)),
         # NVIDIA DeepLearningExamples, fairseq Transformer big, eager, Apex fused Adam
         Case("nvidia-transformer-big-v100-fp32-tokens-per-s", V100, "training", "eager",
-             seconds_of=_per_gpu_tokens(2560, 1), work=lambda: tr(_transformer_big(), fmt="fp32",
+             seconds_of=_per_gpu_tokens(2560, 1), work=lambda: tr(transformer_big_config(), fmt="fp32",
                                                                 **{**big, "tokens": 2560})),
         Case("nvidia-transformer-big-v100-amp-tokens-per-s", V100, "training", "eager",
-             seconds_of=_per_gpu_tokens(5120, 1), work=lambda: tr(_transformer_big(), fmt="fp16", **big)),
+             seconds_of=_per_gpu_tokens(5120, 1), work=lambda: tr(transformer_big_config(), fmt="fp16", **big)),
         Case("nvidia-transformer-big-8xv100-amp-tokens-per-s", V100, "training", "eager",
              seconds_of=_per_gpu_tokens(5120, 8),
-             work=lambda: tr(_transformer_big(), fmt="fp16", gpus=8, grad_bytes=2, **big)),
+             work=lambda: tr(transformer_big_config(), fmt="fp16", gpus=8, grad_bytes=2, **big)),
         Case("nvidia-transformer-big-a100-tf32-tokens-per-s", A100_40, "training", "eager",
              seconds_of=_per_gpu_tokens(10240, 1),
-             work=lambda: tr(_transformer_big(), fmt="tf32", **{**big, "tokens": 10240})),
+             work=lambda: tr(transformer_big_config(), fmt="tf32", **{**big, "tokens": 10240})),
         Case("nvidia-transformer-big-a100-amp-tokens-per-s", A100_40, "training", "eager",
              seconds_of=_per_gpu_tokens(10240, 1),
-             work=lambda: tr(_transformer_big(), fmt="fp16", **{**big, "tokens": 10240})),
+             work=lambda: tr(transformer_big_config(), fmt="fp16", **{**big, "tokens": 10240})),
         Case("nvidia-transformer-big-8xa100-amp-tokens-per-s", A100_40, "training", "eager",
              seconds_of=_per_gpu_tokens(10240, 8),
-             work=lambda: tr(_transformer_big(), fmt="fp16", gpus=8, grad_bytes=2, **{**big, "tokens": 10240})),
+             work=lambda: tr(transformer_big_config(), fmt="fp16", gpus=8, grad_bytes=2, **{**big, "tokens": 10240})),
         # the original Transformer on 8 P100s (TensorFlow graphs: unfused kernels issued by a C++ executor)
         Case("transformer-base-step-time-8xp100", "P100 SXM2", "training", "graph", seconds_of=_s,
              work=lambda: tr(_transformer_base(), fmt="fp32", execution="graph", tokens=3136, seq_len=32,

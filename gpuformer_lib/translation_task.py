@@ -343,70 +343,74 @@ def step_memory_gib(config, batch_size: int, seq_len: int, *, autocast: bool, fu
 
 @dataclasses.dataclass(frozen=True)
 class RowPrediction:
-    """One row of the measured ladder predicted at a GPU's compute roof: the step's matrix-product FLOPs
-    (padding included) at the roof of the row's format, and the calculator's memory for the row."""
+    """One row of the measured ladder predicted for a GPU by the course's predictor (``gpuformer_lib.predict``):
+    the step's time with its matrix products, memory traffic and launches, and the calculator's memory."""
 
     row: str
     """The measured table's row name (``case_study.cumulative_settings``)."""
-    flops: float | None
-    ceiling: float | None
+    seconds: float | None
+    """Predicted seconds per step (None: the row is skipped on this GPU)."""
     fmt: str
-    """Where the matrix products run: "fp32 CUDA cores", "TF32 tensor cores", "bf16 tensor cores", ..."""
+    """The matrix products' format ("fp32", "tf32", "bf16", "fp16")."""
     memory_gib: float | None
     skipped: str | None = None
     """Why the GPU's profile skips the row (None: it runs)."""
-    roof_unchanged: bool = False
-    """True when the row changes nothing the roof model sees (fusion, compilation, the optimizer's kernel)."""
+    bound: str = ""
+    """What sets the predicted step: 'compute', 'memory', 'host' (launches) or 'communication'."""
+    kernels: int = 0
+    """Kernels the step issues (eager: counted; compiled: after fusion)."""
+    flops: float | None = None
+    """The step's matrix-product FLOPs, padded slots included."""
 
-    @property
-    def seconds(self) -> float | None:
-        return None if self.flops is None else self.flops / self.ceiling
 
-
-def predicted_rows(rows: Sequence[tuple[str, case_study.Setting, str | None]], useful_flops: float,
-                   padding_random: float, padding_budget: float, gpu: str, *, config=None,
-                   batch_size: int | None = None, seq_len: int | None = None) -> list[RowPrediction]:
-    """The measured ladder's rows (``case_study.cumulative_settings(...)`` for a GPU's profile: same names,
-    same order) predicted at ``gpu``'s compute roof (``gpu_view`` names).
-
-    A step does ``useful_flops`` of real tokens' arithmetic; with random batches it computes
-    useful / (1 - ``padding_random``) FLOPs, with token-budget batches useful / (1 - ``padding_budget``).
-    Its matrix products run at the roof of the row's format: float32 on CUDA cores (``tf32`` off), TF32
-    tensor cores (``tf32`` on, no autocast), or the autocast dtype's tensor cores. Rows that change none of
-    these (fused attention, ``torch.compile``, the fused AdamW step) have ``roof_unchanged``: they remove
-    memory traffic and launches, which the roof leaves out. A skipped row carries its reason.
-
-    With ``config``, ``batch_size`` and ``seq_len``: each row's predicted memory (:func:`step_memory_gib`).
-    A lower bound on each step's time; ratios between rows are the prediction to compare."""
+def _row_format(plan, gpu: str) -> str:
     from gpuformer_lib import gpu_view
 
-    if not (isinstance(useful_flops, (int, float)) and useful_flops > 0):
-        raise ValueError(f"useful_flops must be a positive number, got {useful_flops!r}")
+    if plan.dtype is not None:
+        return "bf16" if plan.dtype == torch.bfloat16 else "fp16"
+    return "tf32" if plan.tf32 and gpu_view.datasheet(gpu).tf32 is not None else "fp32"
+
+
+def predicted_rows(rows: Sequence[tuple[str, case_study.Setting, str | None]], config, batch_size: int,
+                   mean_len: float, padding_random: float, padding_budget: float, gpu: str, *,
+                   seq_len: int | None = None) -> list[RowPrediction]:
+    """The measured ladder's rows (``case_study.cumulative_settings(...)`` for a GPU's profile: same names,
+    same order) predicted for ``gpu`` (a datasheet name) by ``gpuformer_lib.predict``: each row's step is the
+    encoder-decoder ``config`` on ``batch_size`` sentence pairs whose padded length is ``mean_len`` real
+    tokens / (1 - the row's padding share: ``padding_random`` for random batches, ``padding_budget`` for
+    token-budget ones), in the row's format (autocast, TF32 or float32), attention path, execution (eager,
+    or compiled) and AdamW (foreach, or fused). Unlike a roofline, every row changes the prediction: fusion,
+    compilation and the fused optimizer remove memory traffic and launches, which the predictor counts.
+    The per-step token-id check's host sync is not modelled. With ``seq_len``: each row's predicted memory
+    (:func:`step_memory_gib`) at that padded length."""
+    from gpuformer_lib import predict
+
     for name, value in (("padding_random", padding_random), ("padding_budget", padding_budget)):
         if not (isinstance(value, (int, float)) and 0 <= value < 1):
             raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
+    if not (isinstance(mean_len, (int, float)) and mean_len > 0):
+        raise ValueError(f"mean_len must be a positive number of tokens, got {mean_len!r}")
     out: list[RowPrediction] = []
     for name, setting, reason in rows:
         if reason is not None:
-            out.append(RowPrediction(name, None, None, "—", None, skipped=reason))
+            out.append(RowPrediction(name, None, "—", None, skipped=reason))
             continue
         plan = setting.plan
-        if plan.dtype is not None:
-            ceiling = gpu_view.compute_ceiling(gpu, plan.dtype, tensor_cores=True)
-            fmt = f"{'bf16' if plan.dtype == torch.bfloat16 else 'fp16'} tensor cores"
-        elif plan.tf32 and gpu_view.datasheet(gpu).tf32 is not None:
-            ceiling, fmt = gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=True), "TF32 tensor cores"
-        else:
-            ceiling, fmt = gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=False), "fp32 CUDA cores"
+        fmt = _row_format(plan, gpu)
         padding = padding_budget if setting.option("batching", "random") == "token_budget" else padding_random
-        flops = useful_flops / (1 - padding)
+        padded = max(1, round(mean_len / (1 - padding)))
+        cfg = dataclasses.replace(config, fused_attention=plan.fused_attention,
+                                  max_len=max(config.max_len, padded + 1))
+        execution = "cuda-graphs" if plan.cuda_graphs else ("compiled" if plan.compile else "eager")
+        work = predict.training_work(cfg, tokens=batch_size * padded, seq_len=padded, src_len=padded, fmt=fmt,
+                                     execution=execution, optimizer="fused" if plan.fused_optimizer else "foreach")
+        step = predict.predict_step(work, gpu)
         mem = None
-        if config is not None and batch_size and seq_len:
+        if seq_len:
             mem = step_memory_gib(config, batch_size, seq_len, autocast=plan.dtype is not None,
                                   fused_attention=plan.fused_attention)[1]
-        last = next((r for r in reversed(out) if r.skipped is None), None)
-        unchanged = last is not None and last.flops == flops and last.ceiling == ceiling
-        out.append(RowPrediction(name, flops, ceiling, fmt, mem, roof_unchanged=unchanged))
+        out.append(RowPrediction(name, step.seconds, fmt, mem, bound=step.bound, kernels=work.kernels,
+                                 flops=work.matrix_flops))
     return out
 
 
