@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuformer_lib import case_study as cs, data, gpu_view, translation_task as tt
+from gpuformer_lib import case_study as cs, data, translation_task as tt
 from gpuformer_lib.device import SizePreset
 from gpuformer_lib.model import Transformer
 from gpuformer_lib.model_sizes import translation_run
