@@ -772,12 +772,14 @@ def attention_flops(n_tokens: int, d_model: int, sequences: int, n_layers: int) 
 
 
 def step_prediction(config: PatchConfig, batch_size: int, gpu: str, dtype: torch.dtype) -> float:
-    """Seconds of one training step's arithmetic at ``gpu``'s compute roof for ``dtype`` (tensor cores for
-    16-bit and TF32, CUDA cores for strict float32: ``gpu_view.compute_ceiling``); a lower bound that leaves
-    out memory-bound kernels and launches."""
-    from gpuformer_lib import gpu_view
+    """Seconds of one training step's matrix products at the rate they achieve on ``gpu`` in ``dtype`` (the
+    course's predictor, ``predict.achievable_rate``: bf16/fp16 on tensor cores, strict float32 on CUDA cores);
+    a lower bound that leaves out memory-bound kernels and launches (PatchTST is not a model the predictor's
+    byte count covers)."""
+    from gpuformer_lib import predict
 
-    return patch_flops(config, batch_size) / gpu_view.compute_ceiling(gpu, dtype, tensor_cores=dtype != torch.float32)
+    fmt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    return patch_flops(config, batch_size) / predict.achievable_rate(gpu, fmt)[0]
 
 
 def top_level_operators(events, steps: int) -> float:
@@ -811,14 +813,14 @@ def launch_bound_step(config: PatchConfig, batch_size: int, gpu: str, dtype: tor
 
 def dp_allreduce_prediction(n_params: int, gpus: int = 8, link: str = "H100 NVLink", bytes_per_grad: int = 4) -> float:
     """Predicted seconds of one data-parallel step's gradient all-reduce (``n_params`` gradients of
-    ``bytes_per_grad`` bytes) over ``gpus`` GPUs of one node, NCCL's ring on ``link`` from the registry
-    (``collective_costs.registry_links``: bus bandwidth and per-step latency, both published figures)."""
-    from gpuformer_lib import collective_costs
+    ``bytes_per_grad`` bytes) over ``gpus`` GPUs of one node: the course's predictor
+    (``predict.allreduce_seconds``: NCCL's base and per-step latencies and the fastest protocol) on the H100's
+    NVLink (``predict.nvlink_bus_bandwidth``), the one link it prices."""
+    from gpuformer_lib import predict
 
-    links = collective_costs.registry_links()
-    if link not in links:
-        raise ValueError(f"link must be one of {sorted(links)}, got {link!r}")
-    return collective_costs.hierarchical_allreduce_time(n_params * bytes_per_grad, gpus, 1, links[link]).seconds
+    if link != "H100 NVLink":
+        raise ValueError(f"link must be 'H100 NVLink' (the predictor's), got {link!r}")
+    return predict.allreduce_seconds(n_params * bytes_per_grad, gpus, predict.nvlink_bus_bandwidth("H100 SXM")[0])
 
 
 _FIXES = (  # profile category (bench.time_by_category) -> words of the table rows that address it, in order

@@ -11,10 +11,9 @@ count the first; Korthikanti et al. 2022 and the Ultra-Scale Playbook discuss th
 - **element-wise and row-wise kernels** (LayerNorm, the residual adds, the activation, softmax inside
   fused attention's reads of q, k, v): few FLOPs per byte, so memory-bound: their time is bytes / bandwidth.
 
-:func:`step_time_prediction` sums the two (a kernel runs under one roof at a time, and unfused kernels do
-not overlap), for a decoder-only ``DecoderLM`` with fused attention. It is a lower bound: real kernels
-reach only part of a roof, every kernel costs a launch (:func:`count_step_operators` counts the operators a
-step issues, each at least one launch), and the optimizer step is left out.
+:func:`step_time_prediction` asks the course's predictor (``gpuformer_lib.predict``) for a decoder-only
+``DecoderLM``'s forward, loss and backward: the two kinds at the rates they achieve, against the host's
+launches (:func:`count_step_operators`, the course's one kernel count), the optimizer step left out.
 
 Leaves out: the encoder-decoder's cross-attention bytes, dropout masks, the optimizer's memory traffic,
 communication; measuring FLOPs (``torch.utils.flop_counter``; ``model.transformer_flops`` counts them).
@@ -28,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from gpuformer_lib import bench, gpu_view
-from gpuformer_lib.model import DecoderLM, TransformerConfig, transformer_flops
+from gpuformer_lib.model import DecoderLM, TransformerConfig
 
 
 def elementwise_elements_per_token(config: TransformerConfig) -> int:
@@ -47,34 +46,53 @@ def elementwise_elements_per_token(config: TransformerConfig) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class StepPrediction:
-    """Predicted time of one step of a decoder-only model on one GPU, split by roof."""
+    """Predicted time of one training step (forward, loss, backward; no optimizer) of a decoder-only model on
+    one GPU, eager, by the course's predictor (``gpuformer_lib.predict``), split by stream."""
 
     gpu: str
     matmul_flops: int
     elementwise_bytes: int
+    """Bytes of every kernel other than the matrix products (norms, adds, activation, softmax, loss, casts)."""
     matmul_seconds: float
+    """Matrix products at the achievable rate (``predict.achievable_rate``)."""
     elementwise_seconds: float
+    """Those bytes at the achievable bandwidth (``predict.achievable_bandwidth``)."""
+    kernels: int = 0
+    """Kernels the step launches (``predict.count_kernels``)."""
+    host_seconds: float = 0.0
+    """The host's launches: kernels x the launch cost measured inside a real step."""
 
     @property
     def seconds(self) -> float:
-        return self.matmul_seconds + self.elementwise_seconds
+        """The step: the GPU's work or the host's launches, whichever is longer (they overlap)."""
+        return max(self.matmul_seconds + self.elementwise_seconds, self.host_seconds)
 
     @property
     def elementwise_fraction(self) -> float:
-        """The share of the predicted time spent in memory-bound kernels (0 to 1)."""
-        return bench.check_fraction("element-wise share of the step", self.elementwise_seconds / self.seconds)
+        """The share of the GPU's predicted work spent in memory-bound kernels (0 to 1)."""
+        return bench.check_fraction("element-wise share of the step",
+                                    self.elementwise_seconds / (self.matmul_seconds + self.elementwise_seconds))
+
+
+_FORMATS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def step_time_prediction(config: TransformerConfig, batch_size: int, seq_len: int, dtype: torch.dtype, gpu: str,
                          training: bool = True) -> StepPrediction:
-    """Matrix products at the tensor-core roof plus element-wise bytes at the bandwidth roof (see the module
-    docstring). Training multiplies both by 3 (the backward reads and writes about twice the forward)."""
-    flops = transformer_flops(config, batch_size, seq_len, training=training)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = batch_size * seq_len * elementwise_elements_per_token(config) * itemsize * (3 if training else 1)
-    return StepPrediction(gpu_view.datasheet(gpu).name, flops, nbytes,
-                          flops / gpu_view.compute_ceiling(gpu, dtype, tensor_cores=True),
-                          nbytes / gpu_view.bandwidth(gpu))
+    """Forward, loss and backward of a ``DecoderLM`` of ``config`` (fused attention, as configured) on
+    ``batch_size`` x ``seq_len`` tokens, eager, with 16-bit ``dtype`` under autocast, on ``gpu`` (a datasheet
+    name): the course's predictor (``predict.training_work`` without an optimizer, ``predict.predict_step``)."""
+    from gpuformer_lib import predict
+
+    if not training:
+        raise ValueError("step_time_prediction predicts a training step; decode_work predicts inference")
+    if dtype not in _FORMATS:
+        raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
+    work = predict.training_work(dataclasses.replace(config, check_token_ids=False),
+                                 tokens=batch_size * seq_len, seq_len=seq_len, fmt=_FORMATS[dtype], optimizer=None)
+    step = predict.predict_step(work, gpu_view.datasheet(gpu).name)
+    return StepPrediction(gpu_view.datasheet(gpu).name, int(work.matrix_flops), int(work.other_bytes),
+                          step.matrix_s, step.memory_s, work.kernels, step.host_s)
 
 
 def _training_step(config: TransformerConfig, batch_size: int, seq_len: int, device: torch.device | str,
@@ -178,26 +196,12 @@ def compare_minimums(before: bench.Timing, after: bench.Timing) -> TimeCompariso
 
 
 def count_step_operators(config: TransformerConfig, batch_size: int, seq_len: int) -> int:
-    """The number of ATen operators one training step (forward, loss, backward) of a ``DecoderLM`` issues,
-    counted on the meta device (no memory, no arithmetic). In eager PyTorch each is at least one kernel
-    launch on a GPU: the step's time cannot fall below this count times one launch's cost."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """The kernels one training step (forward, loss, backward; no optimizer) of a ``DecoderLM`` launches on a
+    GPU, in float32: the course's one kernel count (``predict.count_kernels``; views, detaches and host reads
+    launch none). ``batch_size`` and ``seq_len`` do not change it (checked for positive ints)."""
+    from gpuformer_lib import predict
 
-    class _Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.n += 1
-            return func(*args, **(kwargs or {}))
-
-    meta_config = dataclasses.replace(config, check_token_ids=False)
-    with torch.device("meta"):
-        model = DecoderLM(meta_config)
-        ids = torch.zeros(batch_size, seq_len + 1, dtype=torch.long)
-        with _Count() as counter:
-            logits = model(ids[:, :-1])  # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size).float(), ids[:, 1:].reshape(-1))
-            loss.backward()
-    return counter.n
+    for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return predict.count_kernels(config, optimizer=None).total

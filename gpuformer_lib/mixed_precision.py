@@ -12,8 +12,9 @@ compute-bound on a GPU, and the bytes per parameter of each training recipe.
   at ``w``, ``eps * 2^floor(log2 |w|)``. :func:`predicted_lost_share` applies that rule,
   :func:`measured_lost_share` does the addition in the format; tests hold them together.
 - **A compute-bound benchmark** (:func:`precision_benchmark_run`, :func:`launch_check`): the training
-  step's FLOPs (``model.transformer_flops``) at the datasheet tensor-core roof, against its operator
-  count times a pessimistic per-launch cost. If launches dominate, every format reads about 1x.
+  step's GPU work as the course's predictor sees it (``gpuformer_lib.predict``: products at the achievable
+  rate, memory traffic), against its kernels times the launch cost measured inside a real step. If
+  launches dominate, every format reads about 1x.
 - **Bytes per parameter** (:func:`state_bytes_per_param`): float32 AdamW 4 + 4 + 8; autocast adds 2-byte
   weight copies at the peak; bf16 weights with a float32 master copy 2 + 2 + 4 + 8, plus 4 with float32
   gradient accumulation (16-20 bytes, ZeRO's count in Rajbhandari et al. 2020, section 3.1).
@@ -25,16 +26,14 @@ Leaves out: the training loop's precision option (``train``, ``speed.make_train_
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from gpuformer_lib import gpu_view
 from gpuformer_lib.device import SizePreset
-from gpuformer_lib.model import DecoderLM, TransformerConfig, transformer_flops
+from gpuformer_lib.model import TransformerConfig
 from gpuformer_lib.model_sizes import RunSize
 
 AMP_OP_REFERENCE_URL = "https://docs.pytorch.org/docs/stable/amp.html#autocast-op-reference"
@@ -202,13 +201,9 @@ def half_loss_lr(weights: torch.Tensor, grads: torch.Tensor, dtype: torch.dtype,
 # --------------------------------------------------------------------------- a compute-bound benchmark
 
 
-ASSUMED_SECONDS_PER_OPERATOR = 10e-6
-"""A pessimistic cost of one operator on a GPU (launch and dispatch): an assumption for sizing, chosen
-above the few microseconds an eager launch costs, so that a run judged compute-bound with it is so."""
-
 COMPUTE_BOUND_RATIO = 3.0
-"""A benchmark is compute-bound enough when its FLOPs at the datasheet roof take this many times its
-launch floor: then even at a third of the roof the formats' speeds show."""
+"""A benchmark is compute-bound enough when the GPU's predicted work takes this many times the host's
+launches: then the formats' speeds show even if the launches cost three times what was measured."""
 
 
 def precision_benchmark_run(preset: SizePreset, vocab_size: int = 16) -> RunSize:
@@ -228,55 +223,34 @@ def precision_benchmark_run(preset: SizePreset, vocab_size: int = 16) -> RunSize
                    steps=preset.pick(cpu=60, gpu=60), lr=1e-2)
 
 
-_NO_KERNEL = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+_FORMATS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-@functools.lru_cache(maxsize=32)
 def count_training_operators(config: TransformerConfig, dtype: torch.dtype | None = None) -> int:
-    """ATen operators of one training step (forward, loss, backward, an AdamW step without ``foreach``) of
-    a ``DecoderLM`` of ``config``'s depth, under CPU autocast in ``dtype`` (None: float32), views left out
-    (they launch nothing). Counted at toy
-    width and 2 x 8 tokens: the count depends on the layers, not the sizes. Each operator is at least one
-    launch on a GPU (CUDA autocast casts a few more tensors to float32 than the CPU's; a fused AdamW launches
-    fewer kernels than the foreach one counted here)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """The kernels one training step (forward, loss, backward, a foreach AdamW step) of a ``DecoderLM`` of
+    ``config`` launches on a GPU, under autocast in ``dtype`` (None: float32): the course's one kernel count,
+    ``predict.count_kernels`` (views and detaches launch nothing; it matches the profiler's count on an H100
+    within 2 %)."""
+    from gpuformer_lib import predict
 
-    class _Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not (func.is_view or func in _NO_KERNEL):  # a view or a detach launches nothing
-                self.n += 1
-            return func(*args, **(kwargs or {}))
-
-    toy = dataclasses.replace(config, d_model=64, n_heads=4, d_ff=128, max_len=8, check_token_ids=False)
-    torch.manual_seed(0)
-    model = DecoderLM(toy)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-    ids = torch.randint(0, config.vocab_size, (2, 9))
-    with _Count() as counter:
-        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            logits = model(ids[:, :-1])  # (B, T, V)
-            loss = F.cross_entropy(logits.reshape(-1, config.vocab_size).float(), ids[:, 1:].reshape(-1))
-        loss.backward()
-        opt.step()
-    return counter.n
+    return predict.count_kernels(config, dtype=dtype).total
 
 
 @dataclasses.dataclass(frozen=True)
 class LaunchCheck:
-    """A training step's compute time at a datasheet roof against its launch floor."""
+    """A training step's predicted GPU work against its host's launches (the course's predictor,
+    ``gpuformer_lib.predict``)."""
 
     gpu: str
     dtype: torch.dtype
     flops: int
     operators: int
+    """Kernels the step launches (``predict.count_kernels``)."""
     compute_seconds: float
-    """FLOPs / the tensor-core roof: a lower bound of the step's time."""
+    """The GPU's predicted work: matrix products at the achievable rate plus every other kernel's memory
+    traffic at the achievable bandwidth."""
     launch_seconds: float
-    """Operators x :data:`ASSUMED_SECONDS_PER_OPERATOR`."""
+    """The host's: kernels x the launch cost measured inside a real eager step (``predict.launch_seconds``)."""
 
     @property
     def ratio(self) -> float:
@@ -288,15 +262,16 @@ class LaunchCheck:
 
 
 def launch_check(run: RunSize, gpu: str, dtype: torch.dtype, operators: int | None = None) -> LaunchCheck:
-    """Whether ``run``'s step on ``gpu`` in ``dtype`` is compute-bound: its FLOPs at the tensor-core roof
-    (``gpu_view.compute_ceiling``) against ``operators`` (default: :func:`count_training_operators`) x the
-    assumed cost of one."""
-    flops = transformer_flops(run.config, run.batch_size, run.seq_len)
-    if operators is None:
-        operators = count_training_operators(run.config, None if dtype == torch.float32 else dtype)
-    return LaunchCheck(gpu, dtype, flops, operators,
-                       flops / gpu_view.compute_ceiling(gpu, dtype, tensor_cores=True),
-                       operators * ASSUMED_SECONDS_PER_OPERATOR)
+    """Whether ``run``'s eager step on ``gpu`` in ``dtype`` is set by the GPU's work rather than by the host's
+    launches, as the course's predictor sees it (``operators``: override the kernel count)."""
+    from gpuformer_lib import predict
+
+    work = predict.training_work(run.config, tokens=run.batch_size * run.seq_len, seq_len=run.seq_len,
+                                 fmt=_FORMATS[dtype])
+    if operators is not None:
+        work = dataclasses.replace(work, kernels=operators)
+    step = predict.predict_step(work, gpu)
+    return LaunchCheck(gpu, dtype, work.matrix_flops, work.kernels, step.gpu_s, step.host_s)
 
 
 # --------------------------------------------------------------------------- bytes per parameter

@@ -242,9 +242,16 @@ NVLINK_KEYS = {"V100": "v100-nvlink-bandwidth", "A100": "a100-nvlink-bandwidth",
                "H100 SXM": "nvlink4-unidirectional-bandwidth"}
 
 
+NCCL_RING_KEYS = {"H100 SXM": "nccl-h100-nvlink-effective-ring"}
+"""Published NCCL ring bandwidths over NVLink (an NCCL developer's figure), by GPU; not a validation case."""
+
+
 def nvlink_bus_bandwidth(gpu: str) -> tuple[float, str]:
-    """The all-reduce bus bandwidth of ``gpu``'s NVLink: its per-direction link bandwidth (datasheet) times the
-    achievable bandwidth fraction of memory (the same stated fraction; no case sets it)."""
+    """The all-reduce bus bandwidth of ``gpu``'s NVLink: NCCL's published effective ring rate where one exists
+    (:data:`NCCL_RING_KEYS`), else the per-direction link bandwidth (datasheet) times the achievable bandwidth
+    fraction of memory (the same stated fraction; no case sets it)."""
+    if gpu in NCCL_RING_KEYS:
+        return figure(NCCL_RING_KEYS[gpu]).value * 1e9, f"published NCCL ring rate ({NCCL_RING_KEYS[gpu]})"
     family = "V100" if gpu.startswith("V100") else _family(gpu)
     key = NVLINK_KEYS.get(family)
     if key is None:
@@ -568,7 +575,7 @@ def predict_step(work: Work, gpu: str, *, bus_bandwidth: float | None = None) ->
 
 
 def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str = "eager", src_len: int = 0,
-                  optimizer: str = "foreach", gpus: int = 1, kernels: KernelCount | None = None,
+                  optimizer: str | None = "foreach", gpus: int = 1, kernels: KernelCount | None = None,
                   vocab_pad: int | None = None, micro_batches: int = 1, grad_bytes: int | None = None) -> Work:
     """One training step (forward, loss, backward, AdamW) of ``config`` on ``tokens`` target tokens per GPU in
     sequences of ``seq_len`` (with ``src_len``: the encoder-decoder, as many source tokens), matrix products in
@@ -593,7 +600,8 @@ def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str
     - autocast's casts of the float32 weights (read 4, write 2 bytes per parameter, forward and backward)
       and of the gradients back (read 2, write 4);
     - AdamW on float32 state: 28 bytes per parameter fused (read p, g, m, v; write p, m, v), 80 foreach
-      (:data:`ADAMW_FOREACH_LISTS`: 20 reads and writes of 4 bytes).
+      (:data:`ADAMW_FOREACH_LISTS`: 20 reads and writes of 4 bytes); ``optimizer=None``: no optimizer step
+      (forward, loss and backward only).
     """
     from gpuformer_lib.model import DecoderLM, Transformer, transformer_flops
 
@@ -632,7 +640,7 @@ def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str
     other += logits * ((2 * a) if compiled else ((a + 4) + 8 + 12 + (4 + a) if autocast else 20))
     if autocast:
         other += params * (6 + 6 + 6)
-    other += params * (28 if optimizer == "fused" else 80)
+    other += params * {"fused": 28, "foreach": 80, None: 0}[optimizer]
     if kernels is None:
         kernels = count_kernels(config, src_len=min(src_len, 8), dtype=torch.bfloat16 if autocast else None,
                                 optimizer=optimizer)

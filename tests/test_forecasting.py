@@ -302,11 +302,11 @@ def test_launch_bound_step_and_the_allreduce_prediction():
     assert fc.launch_bound_step(config, 64, "H100 SXM", torch.bfloat16, 1e6, 1e-6) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         fc.launch_bound_step(config, 64, "H100 SXM", torch.bfloat16, 10, 0.0)
-    from gpuformer_lib import collective_costs
-    link = collective_costs.registry_links()["H100 NVLink"]
-    n, nbytes = 8, 4 * 1000
-    ref = 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * nbytes / link.bus_bandwidth  # NCCL's ring by hand
+    from gpuformer_lib import predict
+    ref = predict.allreduce_seconds(4 * 1000, 8, predict.nvlink_bus_bandwidth("H100 SXM")[0])  # the predictor's
     assert fc.dp_allreduce_prediction(1000, 8) == pytest.approx(ref)
+    ll = [predict.figure(k).value for k in predict.NCCL_PROTOCOLS["LL"][:2]]
+    assert ref >= (ll[0] + 14 * ll[1]) * 1e-6  # at least NCCL's base latency and 14 ring steps
     assert fc.dp_allreduce_prediction(1000, 1) == 0.0
     with pytest.raises(ValueError):
         fc.dp_allreduce_prediction(1000, 8, link="carrier pigeon")

@@ -10,7 +10,6 @@ import dataclasses
 import pytest
 import torch
 
-from gpuformer_lib import gpu_view
 from gpuformer_lib.diagrams import encoder_decoder_figure
 from gpuformer_lib import bench
 from gpuformer_lib.layer_cost import (compare_minimums, count_step_operators, elementwise_elements_per_token,
@@ -19,18 +18,21 @@ from gpuformer_lib.layer_cost import (compare_minimums, count_step_operators, el
 from gpuformer_lib.model import TransformerConfig, gpt2_config, transformer_flops
 
 
-def test_prediction_is_the_sum_of_the_two_roofs():
+def test_the_prediction_is_the_courses_predictor_without_an_optimizer():
+    from gpuformer_lib import predict
+
     config = gpt2_config()
     p = step_time_prediction(config, 8, 1024, torch.bfloat16, "H100 SXM")
-    flops = transformer_flops(config, 8, 1024)
-    assert p.matmul_flops == flops
-    assert p.matmul_seconds == pytest.approx(flops / gpu_view.compute_ceiling("H100 SXM", torch.bfloat16,
-                                                                              tensor_cores=True))
-    assert p.elementwise_bytes == 8 * 1024 * elementwise_elements_per_token(config) * 2 * 3
-    assert p.elementwise_seconds == pytest.approx(p.elementwise_bytes / gpu_view.bandwidth("H100 SXM"))
-    assert p.seconds == pytest.approx(p.matmul_seconds + p.elementwise_seconds)
+    work = predict.training_work(dataclasses.replace(config, check_token_ids=False), tokens=8 * 1024, seq_len=1024,
+                                 fmt="bf16", optimizer=None)
+    step = predict.predict_step(work, "H100 SXM")
+    assert p.matmul_flops == transformer_flops(config, 8, 1024) == work.matrix_flops
+    assert p.seconds == pytest.approx(step.seconds) and p.kernels == work.kernels > 0
+    assert p.matmul_seconds == pytest.approx(p.matmul_flops / predict.achievable_rate("H100 SXM", "bf16")[0])
     assert 0 < p.elementwise_fraction < 1
     assert step_time_prediction(config, 8, 1024, torch.float16, "T4").seconds > p.seconds
+    with pytest.raises(ValueError, match="training"):
+        step_time_prediction(config, 8, 1024, torch.bfloat16, "H100 SXM", training=False)
 
 
 def test_elementwise_elements_by_hand():

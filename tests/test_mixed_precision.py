@@ -81,7 +81,7 @@ def test_gpu_benchmark_is_compute_bound(preset, gpu, dtype):
 def test_toy_sizes_would_be_launch_bound_on_a_gpu():
     run = mp.precision_benchmark_run(SizePreset("cpu", "test"))
     check = mp.launch_check(run, "H100 SXM", torch.bfloat16)
-    assert check.ratio < 0.01  # why the GPU presets are large
+    assert check.ratio < 0.05  # why the GPU presets are large
 
 
 def test_rehearsal_uses_toy_sizes_and_each_profile_picks_its_preset():
