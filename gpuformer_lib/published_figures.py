@@ -1386,6 +1386,17 @@ VALIDATION: tuple[F, ...] = (  # chapter 10: what the step-time predictor (gpufo
            "model: 0.6 us per ring step with the LL protocol small messages use, 2 steps for 2 GPUs): most of the "
            "10 us is fixed per-call overhead, not the wire.",
       **_NCCL_2XA100),
+    F(key="nccl-8xa100-allreduce-busbw-measured", value=232.54, unit="GB/s",
+      quantity="all-reduce bus bandwidth at the largest message (4 GB), 8 GPUs in one node, measured",
+      hardware="8 NVIDIA A100 in one node (form factor not stated; NVLink through NVSwitch, by the bandwidth)",
+      software="NCCL and nccl-tests, versions not stated (October 2023)",
+      url="https://github.com/NVIDIA/nccl-tests/issues/175",
+      title="NVIDIA/nccl-tests issue #175, 'Two A100 nodes cannot reach ideal all-reduce performance'",
+      where="issue description, scenario 2",
+      quote="2. singleNode, ./build/all_reduce_perf -b 8 -e 4G -f 2 -g 8, result: 232.54GB/s", chapters=(10,),
+      note="A logged run (one process driving 8 GPUs, sizes 8 B to 4 GB): the validation case for the predictor's "
+           "NVLink ring bandwidth, rather than the NCCL developer's expected 230 GB/s of "
+           "nccl-8xa100-allreduce-busbw. The same issue's two-node run reached 86 GB/s (network-bound)."),
     F(key="nccl-8xa100-allreduce-busbw", value=230, unit="GB/s",
       quantity="all-reduce bus bandwidth at large messages (8 GB), 8 GPUs in one node (an NCCL developer's expected "
                "value)",

@@ -112,13 +112,15 @@ def main_memory_bandwidth(curve: Sequence[CopyPoint]) -> float:
 
 
 def launch_overhead(device: torch.device | str, *, calls: int = 200) -> float:
-    """Seconds per call of the smallest operation there is (adding 1 to a one-element tensor), issued
-    back to back: the floor under every kernel's time on ``device`` (on a GPU, the launch; on a CPU, the
-    dispatcher and Python). The fastest of the repeats, the statistic the chapter's other small timings
-    use: noise only adds time, and a floor taken as a median can sit above the operations it bounds."""
+    """Seconds per call of the smallest operation there is (adding a one-element tensor to another, in
+    place), issued back to back: the floor under every kernel's time on ``device`` (on a GPU, the launch; on
+    a CPU, the dispatcher and Python). Both operands are tensors, as in a model's own operations: a Python
+    number as the second operand would first be wrapped into a tensor, a cost of its own that a model's
+    kernels do not pay. The fastest of the repeats, the statistic the chapter's other small timings use:
+    noise only adds time, and a floor taken as a median can sit above the operations it bounds."""
     _count("calls", calls)
-    x = torch.zeros(1, device=device)
-    timing = bench.time_fn(lambda: x.add_(1), device=device, warmup=10, repeats=7, number=calls)
+    x, one = torch.zeros(1, device=device), torch.ones(1, device=device)
+    timing = bench.time_fn(lambda: x.add_(one), device=device, warmup=10, repeats=7, number=calls)
     return timing.min
 
 

@@ -28,8 +28,9 @@ This module has:
   function runs, measured on any device (a ``TorchDispatchMode`` that watches every tensor an operation
   returns until it is freed); on a CUDA GPU :func:`peak_bytes` asks the allocator instead;
 - the course's predictions: :func:`attention_flops`, :func:`explicit_attention_bytes`,
-  :func:`tiled_attention_bytes`, and roofline times for a GPU (:func:`explicit_attention_seconds`,
-  :func:`fused_attention_seconds`).
+  :func:`tiled_attention_bytes`, and predicted times for a GPU by the course's predictor
+  (:func:`explicit_attention_seconds`, :func:`fused_attention_seconds`, with :func:`fused_attention_bytes`:
+  K and V re-read per query tile).
 
 Leaves out: the backward pass (FlashAttention recomputes the tiles from the saved log-sum-exp instead of
 storing the probabilities), dropout, arbitrary masks (only causal or none), and speed: the loops run in
@@ -49,7 +50,6 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from gpuformer_lib import gpu_view
 
 # --------------------------------------------------------------------------- the online softmax
 
@@ -264,33 +264,66 @@ def tiled_attention_bytes(batch: int, heads: int, t: int, head_size: int, *, blo
     return 4 * batch * heads * (t * head_size + per_tile)
 
 
+_FORMATS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _kernel_seconds(flops: float, nbytes: float, rate: float, bandwidth: float) -> float:
+    return max(flops / rate, nbytes / bandwidth)
+
+
 def explicit_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_size: int,
                                dtype: torch.dtype) -> float:
-    """Roofline time of explicit attention's forward on ``gpu``: three kernels, each max(FLOPs / roof,
-    bytes / bandwidth) — Q Kᵀ (tensor cores; writes the B·H·T² scores), the softmax (CUDA cores, ~5 FLOPs a
+    """Predicted time of explicit attention's forward on ``gpu`` (a datasheet name), by the course's predictor
+    (``gpuformer_lib.predict``): three kernels, each max(FLOPs / the rate it achieves, bytes / the bandwidth a
+    copy achieves) — Q Kᵀ (tensor cores; writes the B·H·T² scores), the softmax (CUDA cores, ~5 FLOPs a
     score; reads the scores, writes the probabilities) and P V (tensor cores; reads the probabilities).
     The T² matrices cross memory four times."""
+    from gpuformer_lib import predict
+
     _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size)
     size = _itemsize(dtype)
+    rate, vector = predict.achievable_rate(gpu, _FORMATS[dtype])[0], predict.achievable_rate(gpu, "fp32")[0]
+    bandwidth = predict.achievable_bandwidth(gpu)[0]
     scores = batch * heads * t * t * size
     operand = batch * heads * t * head_size * size
     matmul = 2 * batch * heads * t * t * head_size
-    qk = gpu_view.roofline_seconds(matmul, 2 * operand + scores, gpu, dtype, tensor_cores=True)
-    softmax = gpu_view.roofline_seconds(5 * batch * heads * t * t, 2 * scores, gpu, dtype, tensor_cores=False)
-    pv = gpu_view.roofline_seconds(matmul, scores + 2 * operand, gpu, dtype, tensor_cores=True)
-    return qk + softmax + pv
+    return (_kernel_seconds(matmul, 2 * operand + scores, rate, bandwidth)
+            + _kernel_seconds(5 * batch * heads * t * t, 2 * scores, vector, bandwidth)
+            + _kernel_seconds(matmul, scores + 2 * operand, rate, bandwidth))
+
+
+def fused_attention_bytes(batch: int, heads: int, t: int, head_size: int, dtype: torch.dtype, *,
+                          block_q: int = 128, l2_resident: bool = False) -> int:
+    """Bytes a FlashAttention-style forward moves through HBM: Q read and the output written once, and K and V
+    read once per tile of ``block_q`` queries (FlashAttention's Theorem 2: each query tile streams the whole
+    of K and V, Θ(N² d² / M) accesses), i.e. ⌈T / block_q⌉ times. ``l2_resident``: one head's K and V stay in
+    the GPU's L2 cache between query tiles, so HBM sees them once (an H100's 50 MB L2 holds a head's K and V of
+    T = 4,096 at d = 64 in 16 bits, 1 MiB, many times over; whether they stay depends on how many heads run
+    at once), the lower bound."""
+    _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size, block_q=block_q)
+    one = batch * heads * t * head_size * _itemsize(dtype)
+    passes = 1 if l2_resident else -(-t // block_q)
+    return 2 * one + 2 * one * passes
 
 
 def fused_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_size: int, dtype: torch.dtype, *,
-                            causal: bool = False) -> float:
-    """Roofline time of a fused (FlashAttention-style) forward on ``gpu``: the FLOPs of
-    :func:`attention_flops` at the tensor-core roof, against reading q, k, v and writing the output once;
-    no T² matrix crosses memory. A lower bound: real kernels reach a fraction of the roof (the
-    FlashAttention-2 paper's abstract says FlashAttention reached only 25-40 % of it on an A100)."""
+                            causal: bool = False, l2_resident: bool = True) -> float:
+    """Predicted time of a fused (FlashAttention-style) forward on ``gpu`` by the course's predictor: the
+    FLOPs of :func:`attention_flops` (``causal``: the masked tiles skipped) at the rate products achieve,
+    against :func:`fused_attention_bytes` at the bandwidth a copy achieves; no T² matrix crosses memory.
+    ``l2_resident`` (the default): the query tiles' re-reads of K and V are served by the L2 cache, which at
+    this course's sizes holds the K and V of every head running at once (a few heads of 2·T·d 16-bit values,
+    megabytes, against an L2 of 4 MB on a T4 and 50 MB on an H100), so HBM sees them once; False: Theorem
+    2's re-read per query tile, the upper bound on the bytes. Real kernels reach less than the best product's
+    rate (the FlashAttention-2 paper's abstract: FlashAttention reached 25-40 % of an A100's peak,
+    FlashAttention-2 up to 73 %)."""
+    from gpuformer_lib import predict
+
     _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size)
     flops = attention_flops(batch, heads, t, t, head_size, causal=causal)
-    nbytes = 4 * batch * heads * t * head_size * _itemsize(dtype)
-    return gpu_view.roofline_seconds(flops, nbytes, gpu, dtype, tensor_cores=True)
+    nbytes = fused_attention_bytes(batch, heads, t, head_size, dtype, l2_resident=l2_resident)
+    return _kernel_seconds(flops, nbytes, predict.achievable_rate(gpu, _FORMATS[dtype])[0],
+                           predict.achievable_bandwidth(gpu)[0])
 
 
 # --------------------------------------------------------------------------- which fused kernel PyTorch runs

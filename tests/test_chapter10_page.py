@@ -26,8 +26,9 @@ def test_no_stored_percentage_above_100(cells):
 def test_mfu_is_computed_by_the_refusing_function_against_a_shared_peak(cells):
     code = pages.text(cells, "code")
     assert "ladder.peak_flops_for(profile, device" in code
-    assert "model_mfu = bench.mfu(" in code and "ckpt_hfu = bench.mfu(flops * 4 / 3" in code
+    assert "model_mfu = bench.mfu(" in code and "ckpt_hfu = bench.mfu(hardware_flops" in code
     assert "mfu * 4 / 3" not in code, "HFU goes through bench.mfu too, so it is refused above 100 %"
+    assert "flops * 4 / 3" not in code, "issue 29: only the checkpointed layers are recomputed, not the output layer"
 
 
 def test_interpretations_are_glued_not_typed(cells):
@@ -41,7 +42,9 @@ def test_interpretations_are_glued_not_typed(cells):
     ratios = [float(r.rstrip("x")) for r in glued["flop_ratios"].split(", ")]
     assert all(2 < r < 4 for r in ratios)
     mfu, hfu = float(glued["ckpt_mfu"].rstrip("%")), float(glued["ckpt_hfu"].rstrip("%"))
-    assert hfu == pytest.approx(mfu * 4 / 3, abs=0.11)
+    share = float(glued["recompute_share"].rstrip("%")) / 100
+    assert 0 < share < 1 / 3  # the output layer is not recomputed
+    assert hfu == pytest.approx(mfu * (1 + share), abs=0.11)
     sync = float(glued["sync_cost"].rstrip("x"))
     assert ("no measurable cost" in glued["sync_words"]) == (sync <= 1.3)
 

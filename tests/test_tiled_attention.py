@@ -155,6 +155,8 @@ def test_gpu_predictions_fused_beats_explicit_at_long_sequences():
         fused = ta.fused_attention_seconds(gpu, 8, 16, 4096, 64, torch.float16)
         causal = ta.fused_attention_seconds(gpu, 8, 16, 4096, 64, torch.float16, causal=True)
         assert 0 < causal < fused < explicit
+        # with every query tile re-reading K and V from HBM (no L2), the fused kernel can only be slower
+        assert ta.fused_attention_seconds(gpu, 8, 16, 4096, 64, torch.float16, l2_resident=False) >= fused
     # an H100 is faster than a T4 on both
     assert ta.fused_attention_seconds("H100 SXM", 1, 1, 1024, 64, torch.float16) < \
         ta.fused_attention_seconds("T4", 1, 1, 1024, 64, torch.float16)
@@ -231,3 +233,12 @@ def test_time_ratio_words_say_faster_only_beyond_the_noise():
         ta.time_ratio_words(timing(1.0), timing(1.0), margin=0.5)
     best, low, high = ta.growth_interval(timing(1.0, 1.2, 1.5), timing(4.0, 4.4, 5.0))
     assert best == pytest.approx(4.0) and low == pytest.approx(4.0 / 1.2) and high == pytest.approx(4.4)
+
+
+def test_fused_attention_bytes_re_read_k_and_v_per_query_tile():
+    """FlashAttention's Theorem 2: each tile of queries streams all of K and V (issue 29: the first edition
+    read them once); an L2 that keeps a head's K and V gives the lower bound."""
+    one = 2 * 4 * 4096 * 64 * 2  # B=2, H=4, T=4096, hs=64, 16-bit
+    assert ta.fused_attention_bytes(2, 4, 4096, 64, torch.float16) == 2 * one + 2 * one * (4096 // 128)
+    assert ta.fused_attention_bytes(2, 4, 4096, 64, torch.float16, l2_resident=True) == 4 * one
+    assert ta.fused_attention_bytes(2, 4, 100, 64, torch.float16, block_q=64) == 2 * (one // 4096 * 100) * 3
