@@ -101,7 +101,7 @@ class AllReduceTime:
 
 
 def hierarchical_allreduce_time(nbytes: float, gpus_per_node: int, nodes: int, intra: Link, inter: Link | None = None,
-                                *, schedule: str = "ring") -> AllReduceTime:
+                                *, schedule: str = "ring", base_latency: float | None = None) -> AllReduceTime:
     """Time to all-reduce ``nbytes`` over ``nodes`` x ``gpus_per_node`` GPUs.
 
     Latency, after NCCL's tuning model: ``2 (N - 1)`` steps, of which ``2 (M - 1)`` cross between nodes and
@@ -112,7 +112,9 @@ def hierarchical_allreduce_time(nbytes: float, gpus_per_node: int, nodes: int, i
     ``'two-phase'`` reduce-scatters in the node (``(G - 1) / G`` at ``intra``), all-reduces the shards
     across nodes (``2 (M - 1) / M`` at ``inter``, the node's NICs working in parallel on G shards) and
     all-gathers in the node (``(G - 1) / G`` at ``intra``), one after the other. One node reduces to the
-    flat ring on ``intra``; one GPU per node to the flat ring on ``inter``."""
+    flat ring on ``intra``; one GPU per node to the flat ring on ``inter``. Every call also pays NCCL's base
+    latency (``base_latency`` seconds; default its tuning model's for a ring in the Simple protocol,
+    ``nccl-ring-simple-base-latency``), as the course's predictor does (``predict.allreduce_seconds``)."""
     nbytes = _positive("nbytes", nbytes, allow_zero=True)
     g, m = _count("gpus_per_node", gpus_per_node), _count("nodes", nodes)
     if not isinstance(intra, Link) or (inter is not None and not isinstance(inter, Link)):
@@ -124,8 +126,10 @@ def hierarchical_allreduce_time(nbytes: float, gpus_per_node: int, nodes: int, i
     n = g * m
     if n == 1:
         return AllReduceTime(0.0, 0.0, "none")
+    base = _figure("nccl-ring-simple-base-latency") * 1e-6 if base_latency is None else _positive(
+        "base_latency", base_latency, allow_zero=True)
     inter_steps = 2 * (m - 1)
-    latency = (2 * (n - 1) - inter_steps) * intra.alpha + (inter_steps * inter.alpha if m > 1 else 0.0)
+    latency = base + (2 * (n - 1) - inter_steps) * intra.alpha + (inter_steps * inter.alpha if m > 1 else 0.0)
     if schedule == "ring":
         if m == 1:
             return AllReduceTime(latency, 2 * (n - 1) / n * nbytes / intra.bus_bandwidth, "intra-node")

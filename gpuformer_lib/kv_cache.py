@@ -321,12 +321,13 @@ def decode_step_bytes(weight_bytes: float, cache_bytes: float) -> float:
 
 
 def predicted_decode_seconds(gpu: str, weight_bytes: float, cache_bytes: float) -> float:
-    """Lower bound on the time of one decoding step with a cache on ``gpu``: decode is memory-bound (a
-    (B, 1, C) activation against (C, C) weights does 2 FLOPs per weight read at B = 1), so
-    (weights + cache) / datasheet bandwidth."""
-    from gpuformer_lib import gpu_view
+    """Predicted time of one decoding step with a cache on ``gpu``: decode is memory-bound (a (B, 1, C)
+    activation against (C, C) weights does 2 FLOPs per weight read at B = 1), so (weights + cache) over the
+    bandwidth a copy achieves (the course's predictor, ``predict.achievable_bandwidth``); launches left out
+    (a compiled, graph-replayed decode)."""
+    from gpuformer_lib import predict
 
-    return decode_step_bytes(weight_bytes, cache_bytes) / gpu_view.bandwidth(gpu)
+    return decode_step_bytes(weight_bytes, cache_bytes) / predict.achievable_bandwidth(gpu)[0]
 
 
 SM_COUNT = {"T4": 40, "H100 SXM": 132}
@@ -387,14 +388,16 @@ def predicted_heads_loop_vs_batch(batch: int, n_heads: int, seq_len: int, head_s
 
 
 def predicted_recompute_seconds(gpu: str, n_params: int, seq_len: int, batch: int, dtype: torch.dtype) -> float:
-    """Lower bound on one decoding step *without* a cache: a forward pass over all ``seq_len`` tokens,
-    2 FLOPs per parameter per token on tensor cores (attention's own T^2 terms left out, so an underestimate
-    at long T), or reading the weights once, whichever is longer."""
-    from gpuformer_lib import gpu_view
+    """Predicted time of one decoding step *without* a cache: a forward pass over all ``seq_len`` tokens,
+    2 FLOPs per parameter per token at the rate products achieve (attention's own T^2 terms left out, so an
+    underestimate at long T), or reading the weights once at the bandwidth a copy achieves, whichever is
+    longer (the course's predictor)."""
+    from gpuformer_lib import predict
 
     item = torch.empty((), dtype=dtype).element_size()
     flops = 2 * n_params * seq_len * batch
-    return gpu_view.roofline_seconds(flops, n_params * item, gpu, dtype, tensor_cores=True)
+    fmt = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+    return max(flops / predict.achievable_rate(gpu, fmt)[0], n_params * item / predict.achievable_bandwidth(gpu)[0])
 
 
 # --------------------------------------------------------------------------- measuring

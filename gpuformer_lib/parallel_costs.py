@@ -71,12 +71,11 @@ def tp_allreduce_bytes_per_layer(batch: int, seq_len: int, d_model: int, bytes_p
 
 def tp_layer_comm_seconds(batch: int, seq_len: int, d_model: int, tp: int, link: Link, bytes_per_value: int = 2) -> float:
     """Predicted time one Transformer layer spends in tensor-parallel all-reduces (forward + backward),
-    none of it overlapped with compute: each of the four calls pays NCCL's base latency per call
-    (``nccl-ring-simple-base-latency``, the Simple protocol a message of megabytes runs in) and the ring's
-    steps and bandwidth on ``link`` (:func:`collective_costs.hierarchical_allreduce_time`)."""
+    none of it overlapped with compute: each of the four calls pays NCCL's base latency per call (the Simple
+    protocol a message of megabytes runs in) and the ring's steps and bandwidth on ``link``
+    (:func:`collective_costs.hierarchical_allreduce_time`)."""
     b = tp_allreduce_bytes_per_layer(batch, seq_len, d_model, bytes_per_value)
-    base = figure("nccl-ring-simple-base-latency").value * 1e-6
-    return b["messages"] * (base + hierarchical_allreduce_time(b["message_bytes"], tp, 1, link).seconds)
+    return b["messages"] * hierarchical_allreduce_time(b["message_bytes"], tp, 1, link).seconds
 
 
 def layer_train_flops(batch: int, seq_len: int, d_model: int, d_ff: int | None = None) -> int:

@@ -679,6 +679,17 @@ def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str
                 allreduce_bytes=params * grad if gpus > 1 else 0.0, gpus=gpus)
 
 
+def optimizer_work(numels: Sequence[int], optimizer: str = "fused") -> Work:
+    """One AdamW step on float32 parameters of these sizes, alone: 28 bytes a parameter fused (read p, g, m, v;
+    write p, m, v) or 80 foreach (:data:`ADAMW_FOREACH_LISTS`), against the kernels it launches
+    (:func:`optimizer_kernels`)."""
+    if optimizer not in ("fused", "foreach"):
+        raise ValueError(f"optimizer must be 'fused' or 'foreach', got {optimizer!r}")
+    n = sum(numels)
+    return Work(0.0, 0.0, n * (28 if optimizer == "fused" else 80), max(1, optimizer_kernels(numels, optimizer)),
+                "fp32")
+
+
 def decode_work(params: float, *, layers: int, d_model: int, n_heads: int, d_ff: int, fmt: str = "bf16",
                 execution: str = "eager", weight_bytes: float = 2.0, gpus: int = 1, context: int = 0) -> Work:
     """One token of batch-1 decoding with a KV cache, for a Llama-style model of ``params`` parameters (with

@@ -893,12 +893,13 @@ def layer_norm_gelu_bytes(rows: int, width: int, *, fused: bool, element_bytes: 
 
 
 def fusion_prediction(rows: int, width: int, gpu: str) -> tuple[float, float]:
-    """(eager seconds, fused seconds) of :func:`layer_norm_gelu` on ``gpu``, from its datasheet bandwidth: both
-    kernels are memory-bound (a few FLOPs per 8 bytes moved, far below a GPU's ridge point), so the time is the
-    bytes of :func:`layer_norm_gelu_bytes` over the bandwidth. Launch latency is left out (large tensors)."""
-    from gpuformer_lib import gpu_view
+    """(eager seconds, fused seconds) of :func:`layer_norm_gelu` on ``gpu``: both kernels are memory-bound (a
+    few FLOPs per 8 bytes moved, far below a GPU's ridge point), so the time is the bytes of
+    :func:`layer_norm_gelu_bytes` over the bandwidth a copy achieves (the course's predictor,
+    ``predict.achievable_bandwidth``). Launch latency is left out (large tensors)."""
+    from gpuformer_lib import predict
 
-    bandwidth = gpu_view.bandwidth(gpu)
+    bandwidth = predict.achievable_bandwidth(gpu)[0]
     return (layer_norm_gelu_bytes(rows, width, fused=False) / bandwidth,
             layer_norm_gelu_bytes(rows, width, fused=True) / bandwidth)
 
@@ -964,11 +965,12 @@ def tool_sizes(on_gpu: bool, toy: bool) -> ToolSizes:
 
 
 def decode_tokens_per_s(parameters: float, bytes_per_weight: float, gpu: str) -> float:
-    """Predicted upper bound on batch-1 decode speed: every generated token reads every weight once from memory, so
-    tokens/s <= bandwidth / (parameters x bytes per weight) (the KV cache and activations are left out: small at
-    batch 1 and short contexts). Datasheet bandwidth of ``gpu`` (:func:`gpuformer_lib.gpu_view.bandwidth`)."""
-    from gpuformer_lib import gpu_view
+    """Predicted batch-1 decode speed of a compiled, graph-replayed decoder: every generated token reads every
+    weight once from memory, so tokens/s = bandwidth / (parameters x bytes per weight), at the bandwidth a copy
+    achieves on ``gpu`` (the course's predictor, ``predict.achievable_bandwidth``; the KV cache and activations
+    are left out: small at batch 1 and short contexts; eager decoding is launch-bound instead, chapter 10)."""
+    from gpuformer_lib import predict
 
     if not (parameters > 0 and bytes_per_weight > 0):
         raise ValueError(f"parameters and bytes_per_weight must be positive, got {parameters} and {bytes_per_weight}")
-    return gpu_view.bandwidth(gpu) / (parameters * bytes_per_weight)
+    return predict.achievable_bandwidth(gpu)[0] / (parameters * bytes_per_weight)

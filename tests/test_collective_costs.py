@@ -26,11 +26,14 @@ def test_busbw_reproduces_an_nccl_tests_row():
 def test_one_node_is_the_flat_ring_and_one_gpu_per_node_is_the_network_ring():
     nvlink = C.Link("nvlink", 3.4e-6, 370e9)
     net = C.Link("ib", 14e-6, 48e9)
+    base = 8.4e-6  # NCCL's base latency per call (nccl-ring-simple-base-latency), on top of the ring's steps
     for n in (2, 4, 8):
         t = C.hierarchical_allreduce_time(5e8, n, 1, nvlink)
-        assert t.seconds == pytest.approx(D.ring_allreduce_time(5e8, n, 3.4e-6, 370e9))
+        assert t.seconds == pytest.approx(base + D.ring_allreduce_time(5e8, n, 3.4e-6, 370e9))
         t = C.hierarchical_allreduce_time(5e8, 1, n, nvlink, net)
-        assert t.seconds == pytest.approx(D.ring_allreduce_time(5e8, n, 14e-6, 48e9))
+        assert t.seconds == pytest.approx(base + D.ring_allreduce_time(5e8, n, 14e-6, 48e9))
+        assert C.hierarchical_allreduce_time(5e8, 1, n, nvlink, net, base_latency=0).seconds == pytest.approx(
+            D.ring_allreduce_time(5e8, n, 14e-6, 48e9))
         assert t.bottleneck == "inter-node"
     assert C.hierarchical_allreduce_time(5e8, 1, 1, nvlink).seconds == 0.0
 
@@ -40,7 +43,7 @@ def test_latency_counts_like_nccls_tuning_model_and_the_slowest_level_sets_the_b
     g, m = 8, 8
     n = g * m
     t = C.hierarchical_allreduce_time(0, g, m, nvlink, slow_net)
-    assert t.latency == pytest.approx((2 * (n - 1) - 2 * (m - 1)) * 3.4e-6 + 2 * (m - 1) * 14e-6)  # tuning.cc's count, less its 2 extra network steps
+    assert t.latency == pytest.approx(8.4e-6 + (2 * (n - 1) - 2 * (m - 1)) * 3.4e-6 + 2 * (m - 1) * 14e-6)  # tuning.cc's count, less its 2 extra network steps
     one_nic = C.hierarchical_allreduce_time(5e8, g, m, nvlink, slow_net)
     rails = C.hierarchical_allreduce_time(5e8, g, m, nvlink, fast_net)
     node = C.hierarchical_allreduce_time(5e8, 8, 1, nvlink)

@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuformer_lib import gpu_view
 from gpuformer_lib.attention import MultiHeadAttention
 from gpuformer_lib.kv_cache import (CachedDecoder, DecoderShape, GroupedQueryAttention, KVCache, LayerKVCache,
                                     bottom_right_causal_mask, decoder_parameters, grouped_attention, greedy_decode,
@@ -152,7 +151,9 @@ def test_decode_predictions():
     weights, cache = 250e6, 2e9
     t4 = predicted_decode_seconds("T4", weights, cache)
     h100 = predicted_decode_seconds("H100 SXM", weights, cache)
-    assert math.isclose(t4, (weights + cache) / gpu_view.bandwidth("T4"))
+    from gpuformer_lib import predict
+
+    assert math.isclose(t4, (weights + cache) / predict.achievable_bandwidth("T4")[0])  # the predictor's bandwidth
     assert h100 < t4
     # without the cache a step is a forward pass over all T tokens: far slower at long T
     assert predicted_recompute_seconds("H100 SXM", 124_000_000, 4096, 1, torch.bfloat16) > \

@@ -283,10 +283,10 @@ def test_determinism_check_runs_the_same_training_twice_in_each_mode():
 
 
 def test_decode_prediction_is_bandwidth_over_weight_bytes():
-    from gpuformer_lib import gpu_view
+    from gpuformer_lib import predict
 
     bf16 = tc.decode_tokens_per_s(7e9, 2, "H100 SXM")
-    assert bf16 == pytest.approx(gpu_view.bandwidth("H100 SXM") / 14e9)
+    assert bf16 == pytest.approx(predict.achievable_bandwidth("H100 SXM")[0] / 14e9)  # the predictor's bandwidth
     assert tc.decode_tokens_per_s(7e9, 1, "H100 SXM") == pytest.approx(2 * bf16)  # int8 reads half the bytes
     assert tc.decode_tokens_per_s(7e9, 2, "T4") < bf16
     with pytest.raises(ValueError, match="positive"):
@@ -303,13 +303,13 @@ def test_tool_sizes_per_device():
 
 
 def test_fusion_halves_the_bytes_of_layer_norm_and_gelu():
-    from gpuformer_lib import gpu_view
-
     assert tc.layer_norm_gelu_bytes(2, 3, fused=False) == (4 * 6 + 6) * 4  # 4 passes over 6 floats + w and b
     assert tc.layer_norm_gelu_bytes(2, 3, fused=True) == (2 * 6 + 6) * 4
     eager, fused = tc.fusion_prediction(4096, 4096, "H100 SXM")
     assert eager / fused == pytest.approx(2, rel=1e-3)
-    assert fused == pytest.approx(2 * 4096 * 4096 * 4 / gpu_view.bandwidth("H100 SXM"), rel=1e-3)
+    from gpuformer_lib import predict
+
+    assert fused == pytest.approx(2 * 4096 * 4096 * 4 / predict.achievable_bandwidth("H100 SXM")[0], rel=1e-3)
 
 
 @pytest.mark.parametrize("cost, device, words", [
