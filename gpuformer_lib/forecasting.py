@@ -778,8 +778,7 @@ def step_prediction(config: PatchConfig, batch_size: int, gpu: str, dtype: torch
     byte count covers)."""
     from gpuformer_lib import predict
 
-    fmt = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-    return patch_flops(config, batch_size) / predict.achievable_rate(gpu, fmt)[0]
+    return patch_flops(config, batch_size) / predict.achievable_rate(gpu, predict.format_of(dtype))[0]
 
 
 def top_level_operators(events, steps: int) -> float:

@@ -396,8 +396,7 @@ def predicted_recompute_seconds(gpu: str, n_params: int, seq_len: int, batch: in
 
     item = torch.empty((), dtype=dtype).element_size()
     flops = 2 * n_params * seq_len * batch
-    fmt = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
-    return max(flops / predict.achievable_rate(gpu, fmt)[0], n_params * item / predict.achievable_bandwidth(gpu)[0])
+    return max(flops / predict.achievable_rate(gpu, predict.format_of(dtype))[0], n_params * item / predict.achievable_bandwidth(gpu)[0])
 
 
 # --------------------------------------------------------------------------- measuring

@@ -74,9 +74,6 @@ class StepPrediction:
                                     self.elementwise_seconds / (self.matmul_seconds + self.elementwise_seconds))
 
 
-_FORMATS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-
-
 def step_time_prediction(config: TransformerConfig, batch_size: int, seq_len: int, dtype: torch.dtype, gpu: str,
                          training: bool = True) -> StepPrediction:
     """Forward, loss and backward of a ``DecoderLM`` of ``config`` (fused attention, as configured) on
@@ -86,10 +83,8 @@ def step_time_prediction(config: TransformerConfig, batch_size: int, seq_len: in
 
     if not training:
         raise ValueError("step_time_prediction predicts a training step; decode_work predicts inference")
-    if dtype not in _FORMATS:
-        raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
-    work = predict.training_work(dataclasses.replace(config, check_token_ids=False),
-                                 tokens=batch_size * seq_len, seq_len=seq_len, fmt=_FORMATS[dtype], optimizer=None)
+    work = predict.training_work(dataclasses.replace(config, check_token_ids=False), tokens=batch_size * seq_len,
+                                 seq_len=seq_len, fmt=predict.format_of(dtype), optimizer=None)
     step = predict.predict_step(work, gpu_view.datasheet(gpu).name)
     return StepPrediction(gpu_view.datasheet(gpu).name, int(work.matrix_flops), int(work.other_bytes),
                           step.matrix_s, step.memory_s, work.kernels, step.host_s)

@@ -225,9 +225,6 @@ def precision_benchmark_run(preset: SizePreset, vocab_size: int = 16) -> RunSize
                    steps=preset.pick(cpu=60, gpu=60), lr=1e-2)
 
 
-_FORMATS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-
-
 def count_training_operators(config: TransformerConfig, dtype: torch.dtype | None = None) -> int:
     """The kernels one training step (forward, loss, backward, a foreach AdamW step) of a ``DecoderLM`` of
     ``config`` launches on a GPU, under autocast in ``dtype`` (None: float32): the course's one kernel count,
@@ -269,7 +266,7 @@ def launch_check(run: RunSize, gpu: str, dtype: torch.dtype, operators: int | No
     from gpuformer_lib import predict
 
     work = predict.training_work(run.config, tokens=run.batch_size * run.seq_len, seq_len=run.seq_len,
-                                 fmt=_FORMATS[dtype])
+                                 fmt=predict.format_of(dtype))
     if operators is not None:
         work = dataclasses.replace(work, kernels=operators)
     step = predict.predict_step(work, gpu)

@@ -49,11 +49,23 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from gpuformer_lib import bench, gpu_results
+import torch
+
+from gpuformer_lib import bench, gpu_results, gpu_view
 from gpuformer_lib.published import figure
 
 FORMATS = ("fp32", "tf32", "fp16", "bf16")
 """The formats a matrix product runs in: float32 on CUDA cores, TF32, float16 or bfloat16 on tensor cores."""
+
+
+def format_of(dtype) -> str:
+    """The format (:data:`FORMATS`) a product in ``dtype`` runs in: ``torch.float32`` (strict, CUDA cores) ->
+    ``'fp32'``, ``torch.float16`` -> ``'fp16'``, ``torch.bfloat16`` -> ``'bf16'``."""
+    formats = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+    if dtype not in formats:
+        raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
+    return formats[dtype]
+
 
 EXECUTIONS = ("eager", "compiled", "cuda-graphs", "hand-written", "graph")
 """How a step's kernels are issued: eager PyTorch, ``torch.compile`` (Inductor, no CUDA graphs), a compiled step
@@ -114,22 +126,12 @@ def _course_measured() -> dict[str, dict[str, float]]:
 
 def datasheet_rate(gpu: str, fmt: str) -> float:
     """The datasheet's dense peak of ``gpu`` (a name of ``bench.known_gpus()``) in ``fmt``, FLOP/s."""
-    peak = _peak(gpu)
+    peak = gpu_view.datasheet(gpu)
     value = {"fp32": peak.fp32, "tf32": peak.tf32, "fp16": peak.fp16, "bf16": peak.bf16}[_format(fmt)]
     if value is None:
         raise ValueError(f"the {peak.name} has no {fmt} tensor cores: predict its products in "
                          f"{'fp16' if fmt == 'bf16' else 'fp32'}")
     return value * 1e12
-
-
-def _peak(gpu: str) -> bench.GpuPeak:
-    if not isinstance(gpu, str):
-        raise TypeError(f"gpu must be a datasheet name such as 'A100 SXM 80GB' or 'H100 SXM', got {gpu!r}")
-    for peak in bench.known_gpus():
-        if peak.name.lower() == gpu.lower():
-            return peak
-    raise ValueError(f"{gpu!r} is not in the datasheet table; choose one of "
-                     f"{', '.join(p.name for p in bench.known_gpus())}")
 
 
 def _format(fmt: str) -> str:
@@ -148,7 +150,7 @@ def _fractions() -> tuple[float, float]:
     for gpu, got in sorted(_course_measured().items()):
         ratios += [got[fmt] / datasheet_rate(gpu, fmt) for fmt in FORMATS if fmt in got]
         if "copy" in got:
-            bandwidths.append(got["copy"] / (_peak(gpu).memory_bandwidth_gbs * 1e9))
+            bandwidths.append(got["copy"] / (gpu_view.datasheet(gpu).memory_bandwidth_gbs * 1e9))
     if not ratios or not bandwidths:
         raise RuntimeError("no MAMF figure or committed GPU measurement to derive the achievable fractions from")
     return statistics.median(ratios), statistics.median(bandwidths)
@@ -160,7 +162,7 @@ def achievable_rate(gpu: str, fmt: str) -> tuple[float, str]:
     key = MAMF_KEYS.get((_family(gpu), fmt))
     if key is not None:
         return figure(key).value * 1e12, f"published MAMF ({key})"
-    measured = _course_measured().get(_peak(gpu).name, {}).get(fmt)
+    measured = _course_measured().get(gpu_view.datasheet(gpu).name, {}).get(fmt)
     if measured:
         return measured, "the course's best square product on this GPU (ch01.matmul_formats)"
     fraction = _fractions()[0]
@@ -169,11 +171,11 @@ def achievable_rate(gpu: str, fmt: str) -> tuple[float, str]:
 
 def achievable_bandwidth(gpu: str) -> tuple[float, str]:
     """The memory bandwidth a step's kernels can reach on ``gpu`` (bytes/s) and where it comes from."""
-    measured = _course_measured().get(_peak(gpu).name, {}).get("copy")
+    measured = _course_measured().get(gpu_view.datasheet(gpu).name, {}).get("copy")
     if measured:
         return measured, "the course's 1 GiB copy on this GPU (ch01.copy_bandwidth)"
     fraction = _fractions()[1]
-    return fraction * _peak(gpu).memory_bandwidth_gbs * 1e9, f"{fraction:.0%} of the datasheet bandwidth"
+    return fraction * gpu_view.datasheet(gpu).memory_bandwidth_gbs * 1e9, f"{fraction:.0%} of the datasheet bandwidth"
 
 
 @functools.lru_cache(maxsize=None)
@@ -368,7 +370,6 @@ def dispatched_operators(fn: Callable[[], object]) -> dict[str, int]:
     dropout a CPU falls back to the explicit computation, where a GPU runs one fused kernel."""
     import collections
 
-    import torch
     import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -425,6 +426,24 @@ def dispatched_operators(fn: Callable[[], object]) -> dict[str, int]:
     return dict(counter.counts)
 
 
+@functools.lru_cache(maxsize=64)
+def parameter_sizes(config, encoder_decoder: bool = False) -> tuple[int, ...]:
+    """The sizes of the parameter tensors of the course's ``DecoderLM`` (or, with ``encoder_decoder``, its
+    ``Transformer``) of ``config``, built on the meta device: no memory, no arithmetic."""
+    from gpuformer_lib.model import DecoderLM, Transformer
+
+    with torch.device("meta"):
+        return tuple(p.numel() for p in (Transformer(config) if encoder_decoder else DecoderLM(config)).parameters())
+
+
+def _kernel_count(operators: dict[str, int], optimizer: int = 0) -> KernelCount:
+    """:class:`KernelCount` of dispatched operators (:func:`dispatched_operators`) and an optimizer's kernels."""
+    matrix = sum(n for name, n in operators.items() if name in MATRIX_OPERATORS)
+    attention = sum(n * KERNELS_PER_OPERATOR.get(name, 1) for name, n in operators.items()
+                    if name in ATTENTION_OPERATORS)
+    return KernelCount(matrix, attention, kernels_of(operators) - matrix - attention, optimizer)
+
+
 @dataclasses.dataclass(frozen=True)
 class KernelCount:
     """The kernels one step launches on a GPU, by kind."""
@@ -457,7 +476,6 @@ def count_kernels(config, *, batch_size: int = 2, seq_len: int = 8, src_len: int
     8 per head and a vocabulary of 64, with the config's layers, heads, attention path, activation, dropout and
     norms: the operators dispatched do not depend on the width (or on the batch and lengths, which stay small).
     The optimizer's kernels are counted from the real parameter sizes (:func:`optimizer_kernels`)."""
-    import torch
     import torch.nn.functional as F
 
     from gpuformer_lib.model import DecoderLM, Transformer
@@ -481,13 +499,8 @@ def count_kernels(config, *, batch_size: int = 2, seq_len: int = 8, src_len: int
 
     with torch.set_grad_enabled(training):
         operators = dispatched_operators(step)
-    matrix = sum(n for name, n in operators.items() if name in MATRIX_OPERATORS)
-    attention = sum(n * KERNELS_PER_OPERATOR.get(name, 1) for name, n in operators.items()
-                    if name in ATTENTION_OPERATORS)
-    other = kernels_of(operators) - matrix - attention
-    with torch.device("meta"):
-        numels = [p.numel() for p in (Transformer(config) if src_len else DecoderLM(config)).parameters()]
-    return KernelCount(matrix, attention, other, optimizer_kernels(numels, optimizer) if training else 0)
+    numels = parameter_sizes(config, bool(src_len))
+    return _kernel_count(operators, optimizer_kernels(numels, optimizer) if training else 0)
 
 
 # --------------------------------------------------------------------------- what a step asks of a GPU
@@ -608,7 +621,7 @@ def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str
       (:data:`ADAMW_FOREACH_LISTS`: 20 reads and writes of 4 bytes); ``optimizer=None``: no optimizer step
       (forward, loss and backward only).
     """
-    from gpuformer_lib.model import DecoderLM, Transformer, transformer_flops
+    from gpuformer_lib.model import transformer_flops
 
     _format(fmt)
     if tokens % seq_len:
@@ -617,10 +630,7 @@ def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str
     vocab = vocab_pad or config.vocab_size
     cfg = dataclasses.replace(config, vocab_size=vocab, max_len=max(config.max_len, seq_len, src_len))
     flops = transformer_flops(cfg, batch, seq_len, src_len, training=True)
-    import torch
-
-    with torch.device("meta"):
-        params = sum(p.numel() for p in (Transformer(cfg) if src_len else DecoderLM(cfg)).parameters())
+    params = sum(parameter_sizes(cfg, bool(src_len)))
     a = ACTIVATION_BYTES[fmt]
     autocast = fmt in ("bf16", "fp16")
     C, d_ff, H = cfg.d_model, cfg.d_ff, cfg.n_heads
@@ -714,7 +724,6 @@ def llama_decode_kernels(layers: int) -> KernelCount:
     k and v written into a static cache, SDPA over the cache with a mask, output projection, residual add, a
     second RMSNorm, SwiGLU (gate and up projections, SiLU, product, down projection), residual add; then a
     final norm and the output projection. Counted on the CPU at a tiny width (:func:`count_kernels`' rule)."""
-    import torch
     import torch.nn.functional as F
 
     C, H, hs, L, T = 16, 2, 8, layers, 4
@@ -754,10 +763,7 @@ def llama_decode_kernels(layers: int) -> KernelCount:
         return F.linear(rms(x, norm), out_w)
 
     with torch.no_grad():
-        operators = dispatched_operators(forward)
-    matrix = sum(n for name, n in operators.items() if name in MATRIX_OPERATORS)
-    attention = sum(n for name, n in operators.items() if name in ATTENTION_OPERATORS)
-    return KernelCount(matrix, attention, kernels_of(operators) - matrix - attention, 0)
+        return _kernel_count(dispatched_operators(forward))
 
 
 # --------------------------------------------------------------------------- validation against published runs
@@ -786,6 +792,8 @@ class Case:
     """Why the prediction misses, for a case off by more than 1.5x (shown on the page)."""
     bus_bandwidth: Callable[[], float] | None = None
     """The all-reduce's bus bandwidth where it is not the GPU's NVLink."""
+    gpus: int = 1
+    """GPUs of a collective case (its latency terms depend on them)."""
 
 
 def _gpt2(d_model=768, layers=12, heads=12, *, fused_attention=True, vocab=50257):
@@ -927,10 +935,10 @@ def _cases() -> tuple[Case, ...]:
         # kernels and collectives
         Case("fa3-h100-fp16-forward-ms", H100, "kernel", "hand-written", work=None, seconds_of=_ms,
              predict=_attention_forward_seconds),
-        Case("nccl-2xa100-allreduce-latency-us", A100, "collective", "hand-written", work=None,
+        Case("nccl-2xa100-allreduce-latency-us", A100, "collective", "hand-written", work=None, gpus=2,
              seconds_of=lambda us: us * 1e-6,
              predict=lambda: allreduce_seconds(32, 2, nvlink_bus_bandwidth(A100)[0])),
-        Case("nccl-8xa100-allreduce-busbw-measured", A100, "collective", "hand-written", work=None,
+        Case("nccl-8xa100-allreduce-busbw-measured", A100, "collective", "hand-written", work=None, gpus=8,
              # nccl-tests' busbw of its largest message: time = 2 (n - 1) / n x size / busbw; size 4 GiB
              seconds_of=lambda gbs: 2 * 7 / 8 * 2**32 / (gbs * 1e9),
              predict=lambda: allreduce_seconds(2**32, 8, nvlink_bus_bandwidth(A100)[0])),
@@ -967,7 +975,7 @@ def validate(cases: Sequence[Case] | None = None) -> list[Row]:
         else:
             predicted, bound = case.predict(), "compute"
             if case.kind == "collective":
-                latency = allreduce_seconds(0, 2 if "2x" in case.key else 8, 1e12)
+                latency = allreduce_seconds(0, case.gpus, 1e12)
                 bound = "latency" if latency > predicted / 2 else "bandwidth"
         rows.append(Row(case.key, case.gpu, case.kind, case.execution, case.held_out, measured, predicted, bound,
                         case.explanation))

@@ -264,9 +264,6 @@ def tiled_attention_bytes(batch: int, heads: int, t: int, head_size: int, *, blo
     return 4 * batch * heads * (t * head_size + per_tile)
 
 
-_FORMATS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-
-
 def _kernel_seconds(flops: float, nbytes: float, rate: float, bandwidth: float) -> float:
     return max(flops / rate, nbytes / bandwidth)
 
@@ -282,7 +279,7 @@ def explicit_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_si
 
     _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size)
     size = _itemsize(dtype)
-    rate, vector = predict.achievable_rate(gpu, _FORMATS[dtype])[0], predict.achievable_rate(gpu, "fp32")[0]
+    rate, vector = predict.achievable_rate(gpu, predict.format_of(dtype))[0], predict.achievable_rate(gpu, "fp32")[0]
     bandwidth = predict.achievable_bandwidth(gpu)[0]
     scores = batch * heads * t * t * size
     operand = batch * heads * t * head_size * size
@@ -322,7 +319,7 @@ def fused_attention_seconds(gpu: str, batch: int, heads: int, t: int, head_size:
     _check_sizes(batch=batch, heads=heads, t=t, head_size=head_size)
     flops = attention_flops(batch, heads, t, t, head_size, causal=causal)
     nbytes = fused_attention_bytes(batch, heads, t, head_size, dtype, l2_resident=l2_resident)
-    return _kernel_seconds(flops, nbytes, predict.achievable_rate(gpu, _FORMATS[dtype])[0],
+    return _kernel_seconds(flops, nbytes, predict.achievable_rate(gpu, predict.format_of(dtype))[0],
                            predict.achievable_bandwidth(gpu)[0])
 
 

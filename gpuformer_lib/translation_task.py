@@ -364,10 +364,10 @@ class RowPrediction:
 
 
 def _row_format(plan, gpu: str) -> str:
-    from gpuformer_lib import gpu_view
+    from gpuformer_lib import gpu_view, predict
 
     if plan.dtype is not None:
-        return "bf16" if plan.dtype == torch.bfloat16 else "fp16"
+        return predict.format_of(plan.dtype)
     return "tf32" if plan.tf32 and gpu_view.datasheet(gpu).tf32 is not None else "fp32"
 
 
