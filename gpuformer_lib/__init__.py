@@ -11,8 +11,11 @@ their imports, at any depth):
 3. The Transformer and its data: ``attention``, ``layers``, ``rope``, ``model``, ``model_sizes``,
    ``losses``, ``clipping``, ``checkpoint``, ``fp8``, ``speed``, ``data``, ``packing``, ``generate``,
    ``retrieval``.
-4. Predictions: ``predict`` (the one step-time predictor), ``gpu_view``, ``roofline``, ``layer_cost``, ``optimizer_cost``, ``memory``,
-   ``activation_accounting``, ``occupancy``, ``collective_costs``, ``parallel_costs``, ``bottlenecks``.
+4. Predictions and views: ``predict`` (the one home of every predicted GPU time: the step-time predictor
+   itself, and beside it in the package the roofline with a GPU's datasheet roofs, predict.roofline, and the
+   costs built from the predictor's pieces, predict.layer_cost, predict.optimizer_cost,
+   predict.collective_costs and predict.parallel_costs), ``gpu_view``, ``memory``, ``activation_accounting``,
+   ``occupancy``, ``bottlenecks``.
 5. Kernels, attention on a GPU and decoding: ``kernels``, ``tiled_attention``, ``kv_cache``,
    ``seq2seq_decoding``, ``mixed_precision``.
 6. Training and parallelism: ``train``, ``lr_search``, ``ladder``, ``prefetch``, ``context_parallel``,

@@ -286,7 +286,7 @@ def tokens_per_second_bound(flops_per_token: float, gpu: str, dtype: torch.dtype
     """Training tokens per second on ``gpu`` if the step ran at ``mfu`` of the datasheet's tensor-core peak in
     ``dtype``: ``mfu * peak / flops_per_token``. With ``mfu=1`` (the default) it is the roofline's upper bound,
     which no real step reaches; any other ``mfu`` must be a cited figure, not a guess."""
-    from gpuformer_lib.gpu_view import compute_ceiling
+    from gpuformer_lib.predict.roofline import datasheet_ceiling as compute_ceiling
 
     if not 0 < flops_per_token < float("inf"):
         raise ValueError(f"flops_per_token must be a finite number > 0, got {flops_per_token!r}")

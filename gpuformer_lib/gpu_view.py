@@ -5,16 +5,14 @@ notebook still sees what a GPU does, and can tell the three kinds of number apar
 
 - **measured**: timed or counted on the device that ran the page (:func:`measured`); its label names
   that device, and says so when a GPU profile was only rehearsed on a CPU;
-- **predicted**: the course's own models (roofline time, FLOPs, bytes) from the datasheet figures of a
-  T4 and an H100 in ``bench.known_gpus()`` (:func:`predicted`, with the predictors below);
+- **predicted**: the course's predictor (``gpuformer_lib.predict``) for a T4 and an H100 of
+  ``bench.known_gpus()`` (:func:`predicted`), with its validated error beside;
 - **published**: a figure from a public source, looked up in the registry (:func:`published`), which
   carries its hardware and source.
 
-Predictors: :func:`compute_ceiling` (tensor cores for matrix products, CUDA cores for element-wise and
-row-wise kernels: two roofs, not one), :func:`roofline_seconds` (max of compute time and memory time) and
-:func:`matmul_prediction`.
+:func:`datasheet` finds a GPU's datasheet peaks by name.
 
-Leaves out: measuring (``bench``), the registry's entries (``published_figures``), plotting rooflines
+Leaves out: predicting (``predict``: the datasheet roofline is ``predict.roofline``), measuring (``bench``), the registry's entries (``published_figures``), plotting rooflines
 (``viz.plot_roofline``).
 """
 
@@ -51,78 +49,6 @@ def datasheet(gpu: str) -> bench.GpuPeak:
         raise ValueError(f"{gpu!r} is not in the datasheet table; choose one of "
                          f"{', '.join(p.name for p in bench.known_gpus())}")
     return peak
-
-
-def compute_ceiling(gpu: str, dtype: torch.dtype, *, tensor_cores: bool) -> float:
-    """The compute roof in FLOP/s for work in ``dtype`` on ``gpu``.
-
-    ``tensor_cores=True`` is for matrix products: the tensor-core peak of fp16/bf16 (TF32 for float32 on
-    GPUs that have it, else the float32 rate). ``tensor_cores=False`` is for element-wise and row-wise
-    kernels (softmax, layer norm, GELU, an add), which never run on tensor cores: their roof is the
-    CUDA-core float32 rate, whatever the storage format (the arithmetic is done in float32). The two roofs
-    differ 8-16x, so judging a softmax against the tensor-core peak misplaces it.
-    """
-    peak = datasheet(gpu)
-    if not isinstance(dtype, torch.dtype) or dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
-    if not tensor_cores:
-        return peak.fp32 * 1e12
-    if dtype == torch.float32:
-        return (peak.tf32 if peak.tf32 is not None else peak.fp32) * 1e12
-    value = peak.fp16 if dtype == torch.float16 else peak.bf16
-    if value is None:
-        raise ValueError(f"the {peak.name} has no bfloat16 tensor cores (it needs compute capability 8.0 or "
-                         "newer): predict for float16 instead")
-    return value * 1e12
-
-
-def bandwidth(gpu: str) -> float:
-    """Datasheet memory bandwidth of ``gpu`` in bytes per second."""
-    return datasheet(gpu).memory_bandwidth_gbs * 1e9
-
-
-def roofline_seconds(flops: float, nbytes: float, gpu: str, dtype: torch.dtype, *, tensor_cores: bool) -> float:
-    """Predicted time of one kernel: max(FLOPs / compute roof, bytes / bandwidth). A lower bound: a real
-    kernel adds launch overhead (microseconds) and reaches only a fraction of either roof (chapter 1 measures how much)."""
-    for name, value in (("flops", flops), ("nbytes", nbytes)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if flops == 0 and nbytes == 0:
-        raise ValueError("a kernel with no FLOPs and no bytes has no time to predict")
-    return max(flops / compute_ceiling(gpu, dtype, tensor_cores=tensor_cores), nbytes / bandwidth(gpu))
-
-
-@dataclasses.dataclass(frozen=True)
-class MatmulPrediction:
-    """Roofline prediction for one (m, k) x (k, n) product, each operand read once and the result written once."""
-
-    gpu: str
-    flops: int
-    nbytes: int
-    compute_seconds: float
-    memory_seconds: float
-
-    @property
-    def seconds(self) -> float:
-        return max(self.compute_seconds, self.memory_seconds)
-
-    @property
-    def flops_per_second(self) -> float:
-        return self.flops / self.seconds
-
-    @property
-    def bound(self) -> str:
-        """``'compute'`` or ``'memory'``: which roof the prediction sits under."""
-        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
-
-
-def matmul_prediction(m: int, n: int, k: int, dtype: torch.dtype, gpu: str) -> MatmulPrediction:
-    """Roofline time of an m x k by k x n product in ``dtype`` on ``gpu`` (tensor cores)."""
-    flops = bench.matmul_flops(m, n, k)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    nbytes = (m * k + k * n + m * n) * itemsize
-    return MatmulPrediction(datasheet(gpu).name, flops, nbytes, flops / compute_ceiling(gpu, dtype, tensor_cores=True),
-                            nbytes / bandwidth(gpu))
 
 
 # --------------------------------------------------------------------------- rows and the view

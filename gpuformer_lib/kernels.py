@@ -351,10 +351,10 @@ def triton_dot_uses_tensor_cores(gpu: str) -> bool:
 def triton_matmul_prediction(m: int, n: int, k: int, dtype: torch.dtype, gpu: str):
     """Roofline prediction for :func:`matmul` (this chapter's Triton kernel) on ``gpu``: the tensor-core peak
     where ``tl.dot`` uses tensor cores, the CUDA cores' float32 rate where it falls back to FMA (a T4).
-    Returns a :class:`gpuformer_lib.gpu_view.MatmulPrediction` and whether tensor cores were assumed."""
-    from gpuformer_lib import gpu_view
+    Returns a :class:`gpuformer_lib.predict.roofline.DatasheetMatmul` and whether tensor cores were assumed."""
+    from gpuformer_lib.predict import roofline
 
     tensor_cores = triton_dot_uses_tensor_cores(gpu)
-    p = gpu_view.matmul_prediction(m, n, k, dtype, gpu)
-    ceiling = gpu_view.compute_ceiling(gpu, dtype, tensor_cores=tensor_cores)
+    p = roofline.datasheet_matmul(m, n, k, dtype, gpu)
+    ceiling = roofline.datasheet_ceiling(gpu, dtype, tensor_cores=tensor_cores)
     return dataclasses.replace(p, compute_seconds=p.flops / ceiling), tensor_cores

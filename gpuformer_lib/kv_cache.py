@@ -362,6 +362,7 @@ def predicted_heads_loop_vs_batch(batch: int, n_heads: int, seq_len: int, head_s
     The loop runs H such sequences of kernels on 1/H of the data each, plus one kernel that stacks them.
     """
     from gpuformer_lib import gpu_view
+    from gpuformer_lib.predict import roofline
 
     item = torch.empty((), dtype=dtype).element_size()
     sms = SM_COUNT[gpu_view.datasheet(gpu).name]
@@ -371,17 +372,17 @@ def predicted_heads_loop_vs_batch(batch: int, n_heads: int, seq_len: int, head_s
         scores = rows * seq_len * seq_len  # elements of the (rows, T, T) scores
         tiles = rows * math.ceil(seq_len / 128) ** 2
         fill = min(1.0, tiles / sms)
-        qk = gpu_view.roofline_seconds(2 * rows * seq_len * seq_len * head_size,
+        qk = roofline.datasheet_seconds(2 * rows * seq_len * seq_len * head_size,
                                        (2 * rows * seq_len * head_size + scores) * item, gpu, dtype,
                                        tensor_cores=True) / fill
         pv = qk  # the same shapes transposed: (T, T) x (T, hs)
-        scale = gpu_view.roofline_seconds(rows * seq_len * head_size, 2 * rows * seq_len * head_size * item, gpu,
+        scale = roofline.datasheet_seconds(rows * seq_len * head_size, 2 * rows * seq_len * head_size * item, gpu,
                                           dtype, tensor_cores=False) / fill
-        softmax = gpu_view.roofline_seconds(5 * scores, 4 * scores * item, gpu, dtype, tensor_cores=False) / fill
+        softmax = roofline.datasheet_seconds(5 * scores, 4 * scores * item, gpu, dtype, tensor_cores=False) / fill
         return sum(max(launch_seconds, t) for t in (scale, qk, softmax, pv))
 
     out_bytes = batch * n_heads * seq_len * head_size * item
-    stack = max(launch_seconds, 2 * out_bytes / gpu_view.bandwidth(gpu))
+    stack = max(launch_seconds, 2 * out_bytes / roofline.datasheet_bandwidth(gpu))
     loop = n_heads * kernels(1) + stack
     return HeadsPrediction(gpu_view.datasheet(gpu).name, loop, kernels(n_heads),
                            launch_bound_loop=n_heads * 4 * launch_seconds > loop / 2)

@@ -787,17 +787,17 @@ def predicted_steps(useful_flops: float, padding_before: float, gpu: str, low_pr
     random padded batches (``padding_before``, a share of slots); packed rows (no padding) ; TF32 (where
     the GPU has it); ``low_precision`` tensor cores. A lower bound that leaves out memory-bound kernels,
     launches and the host; the ratios between rows are the prediction."""
-    from gpuformer_lib import gpu_view
+    from gpuformer_lib.predict import roofline
 
     if not useful_flops > 0 or not 0 <= padding_before < 1:
         raise ValueError(f"need useful_flops > 0 and 0 <= padding_before < 1, got {useful_flops!r}, {padding_before!r}")
-    fp32 = gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=False)
+    fp32 = roofline.datasheet_ceiling(gpu, torch.float32, tensor_cores=False)
     rows = [("baseline (fp32, padded batches)", useful_flops / (1 - padding_before) / fp32),
             ("+ packed rows", useful_flops / fp32)]
-    if gpu_view.datasheet(gpu).tf32 is not None:
-        rows.append(("+ TF32 matmuls", useful_flops / gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=True)))
+    if roofline.datasheet(gpu).tf32 is not None:
+        rows.append(("+ TF32 matmuls", useful_flops / roofline.datasheet_ceiling(gpu, torch.float32, tensor_cores=True)))
     name = "bf16" if low_precision == torch.bfloat16 else "fp16"
-    rows.append((f"+ {name} autocast", useful_flops / gpu_view.compute_ceiling(gpu, low_precision, tensor_cores=True)))
+    rows.append((f"+ {name} autocast", useful_flops / roofline.datasheet_ceiling(gpu, low_precision, tensor_cores=True)))
     return rows
 
 

@@ -301,6 +301,7 @@ def predicted_steps(useful_flops: float, padding_random: float, padding_budget: 
     optimizer), launches and the host, which the measured table includes. Ratios between rows are the
     prediction to compare; absolute times are the roof's."""
     from gpuformer_lib import gpu_view
+    from gpuformer_lib.predict import roofline
 
     if not (isinstance(useful_flops, (int, float)) and useful_flops > 0):
         raise ValueError(f"useful_flops must be a positive number, got {useful_flops!r}")
@@ -309,11 +310,11 @@ def predicted_steps(useful_flops: float, padding_random: float, padding_budget: 
             raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
     padded = useful_flops / (1 - padding_random)
     rows = [StepPrediction("baseline (fp32, CUDA cores)", padded,
-                           gpu_view.compute_ceiling(gpu, torch.float32, tensor_cores=False))]
+                           roofline.datasheet_ceiling(gpu, torch.float32, tensor_cores=False))]
     if gpu_view.datasheet(gpu).tf32 is not None:
-        rows.append(StepPrediction("+ TF32 matmuls", padded, gpu_view.compute_ceiling(gpu, torch.float32,
+        rows.append(StepPrediction("+ TF32 matmuls", padded, roofline.datasheet_ceiling(gpu, torch.float32,
                                                                                       tensor_cores=True)))
-    low = gpu_view.compute_ceiling(gpu, low_precision, tensor_cores=True)
+    low = roofline.datasheet_ceiling(gpu, low_precision, tensor_cores=True)
     name = "bf16" if low_precision == torch.bfloat16 else "fp16"
     rows.append(StepPrediction(f"+ {name} autocast", padded, low))
     rows.append(StepPrediction("+ token-budget batches", useful_flops / (1 - padding_budget), low))

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from gpuformer_lib import gpu_view, translation_task
+from gpuformer_lib.predict import roofline
 from gpuformer_lib.device import SizePreset
 from gpuformer_lib.exercises.case_studies import (check_kv_cache_flop_prediction, check_refusal_diagnosis,
                                                    check_token_budget_prediction)
@@ -73,7 +74,7 @@ def test_predicted_steps_follow_the_roofs_and_the_padding():
     by = {r.row: r for r in rows}
     fp32 = by["baseline (fp32, CUDA cores)"]
     assert fp32.flops == pytest.approx(1e12 / 0.55)
-    assert fp32.seconds == pytest.approx(1e12 / 0.55 / gpu_view.compute_ceiling("H100 SXM", torch.float32,
+    assert fp32.seconds == pytest.approx(1e12 / 0.55 / roofline.datasheet_ceiling("H100 SXM", torch.float32,
                                                                                  tensor_cores=False))
     assert by["+ bf16 autocast"].seconds < by["+ TF32 matmuls"].seconds < fp32.seconds
     assert by["+ bf16 autocast"].seconds / by["+ token-budget batches"].seconds == pytest.approx(0.93 / 0.55)

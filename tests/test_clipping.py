@@ -1,12 +1,13 @@
 """Gradient clipping from scratch (gpuformer_lib.clipping) against torch.nn.utils.clip_grad_norm_, and the
-optimizer-cost predictors (gpuformer_lib.optimizer_cost) against what torch.optim really holds."""
+optimizer-cost predictors (gpuformer_lib.predict.optimizer_cost) against what torch.optim really holds."""
 
 import math
 
 import pytest
 import torch
 
-from gpuformer_lib import clipping, optimizer_cost
+from gpuformer_lib import clipping
+from gpuformer_lib.predict import optimizer_cost
 
 
 def _params(seed, scale=1.0, dtype=torch.float32):

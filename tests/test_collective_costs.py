@@ -1,4 +1,4 @@
-"""The all-reduce cost models of chapter 11 (gpuformer_lib.collective_costs) against their references:
+"""The all-reduce cost models of chapter 11 (gpuformer_lib.predict.collective_costs) against their references:
 NCCL-tests' own busbw column, the flat ring model, NCCL's latency count, and a known alpha and B; and the
 data-parallel step's token normalisation and NaiveDataParallel's accumulation in one process (no launch)."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpuformer_lib import collective_costs as C
+from gpuformer_lib.predict import collective_costs as C
 from gpuformer_lib import distributed as D
 from gpuformer_lib import speed
 

@@ -7,7 +7,7 @@ import torch
 
 from gpuformer_lib import kernels, occupancy
 from gpuformer_lib.exercises import kernels as ex
-from gpuformer_lib.gpu_view import bandwidth, compute_ceiling
+from gpuformer_lib.predict.roofline import datasheet_bandwidth as bandwidth, datasheet_ceiling as compute_ceiling
 
 
 def _right_roofs():
@@ -129,7 +129,7 @@ def test_occupancy_limiter(capsys):
 
 def test_triton_matmul_prediction_uses_the_units_tl_dot_runs_on():
     """Triton >= 3.2 runs tl.dot on FMA units below sm_80: the T4's prediction sits at the CUDA-core roof."""
-    from gpuformer_lib import gpu_view
+    from gpuformer_lib.predict import roofline
     from gpuformer_lib.profiles import PROFILES
 
     assert not kernels.triton_dot_uses_tensor_cores("T4") and kernels.triton_dot_uses_tensor_cores("H100 SXM")
@@ -142,7 +142,7 @@ def test_triton_matmul_prediction_uses_the_units_tl_dot_runs_on():
     cuda_cores = compute_ceiling("T4", torch.float16, tensor_cores=False)
     assert abs(t4.flops_per_second - cuda_cores) / cuda_cores < 1e-9  # 8.1 TFLOP/s, not the 65 of the tensor cores
     assert t4.flops_per_second < compute_ceiling("T4", torch.float16, tensor_cores=True) / 4
-    assert h100.seconds == gpu_view.matmul_prediction(4096, 4096, 4096, torch.float16, "H100 SXM").seconds
+    assert h100.seconds == roofline.datasheet_matmul(4096, 4096, 4096, torch.float16, "H100 SXM").seconds
 
 
 def test_strided_copy_tolerance():

@@ -12,7 +12,7 @@ import torch
 
 from gpuformer_lib.diagrams import encoder_decoder_figure
 from gpuformer_lib import bench
-from gpuformer_lib.layer_cost import (compare_minimums, count_step_operators, elementwise_elements_per_token,
+from gpuformer_lib.predict.layer_cost import (compare_minimums, count_step_operators, elementwise_elements_per_token,
                                       measure_time_split, measure_training_step, step_time_prediction,
                                       time_vocab_projection)
 from gpuformer_lib.model import TransformerConfig, gpt2_config, transformer_flops

@@ -1,11 +1,12 @@
-"""Chapter 12's cost models (gpuformer_lib.parallel_costs) against counts done another way, and the
+"""Chapter 12's cost models (gpuformer_lib.predict.parallel_costs) against counts done another way, and the
 prediction checks of its exercises."""
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpuformer_lib import parallel_costs as C, published
+from gpuformer_lib import published
+from gpuformer_lib.predict import parallel_costs as C
 from gpuformer_lib.exercises.model_parallel import check_bubble_prediction, check_tp_bytes_prediction
 from gpuformer_lib.memory import training_memory
 

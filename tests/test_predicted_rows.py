@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpuformer_lib import gpu_results, ladder, predict, speed
-from gpuformer_lib.layer_cost import step_time_prediction
+from gpuformer_lib.predict.layer_cost import step_time_prediction
 from gpuformer_lib.model import gpt2_config
 from gpuformer_lib.profiles import PROFILES, compute_dtype
 from gpuformer_lib.tools.notebooks import REPO_ROOT

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gpuformer_lib import bench, gpu_view, published
+from gpuformer_lib.predict import roofline
 from gpuformer_lib.published import PublishedFigure
 
 
@@ -73,20 +74,20 @@ def test_unknown_key_lists_the_registered_ones():
 def test_predictions_use_two_roofs():
     # a matrix product sits under the tensor-core roof, an element-wise kernel under the CUDA-core one
     h100 = bench.lookup_gpu_peak("H100 SXM")
-    assert gpu_view.compute_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True) == h100.bf16 * 1e12
-    assert gpu_view.compute_ceiling("H100 SXM", torch.bfloat16, tensor_cores=False) == h100.fp32 * 1e12
-    assert gpu_view.compute_ceiling("T4", torch.float32, tensor_cores=True) == 8.1e12  # no TF32 on a T4
+    assert roofline.datasheet_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True) == h100.bf16 * 1e12
+    assert roofline.datasheet_ceiling("H100 SXM", torch.bfloat16, tensor_cores=False) == h100.fp32 * 1e12
+    assert roofline.datasheet_ceiling("T4", torch.float32, tensor_cores=True) == 8.1e12  # no TF32 on a T4
     with pytest.raises(ValueError, match="float16 instead"):
-        gpu_view.compute_ceiling("T4", torch.bfloat16, tensor_cores=True)
+        roofline.datasheet_ceiling("T4", torch.bfloat16, tensor_cores=True)
 
 
 def test_matmul_prediction_is_the_roofline():
-    big = gpu_view.matmul_prediction(8192, 8192, 8192, torch.float16, "H100 SXM")
+    big = roofline.datasheet_matmul(8192, 8192, 8192, torch.float16, "H100 SXM")
     assert big.bound == "compute" and big.flops_per_second == pytest.approx(989.4e12)
-    thin = gpu_view.matmul_prediction(16, 8192, 8192, torch.float16, "T4")
+    thin = roofline.datasheet_matmul(16, 8192, 8192, torch.float16, "T4")
     assert thin.bound == "memory"
     assert thin.seconds == pytest.approx((16 * 8192 * 2 + 8192 * 8192) * 2 / 320e9)
-    assert gpu_view.roofline_seconds(0, 320e9, "T4", torch.float32, tensor_cores=False) == pytest.approx(1.0)
+    assert roofline.datasheet_seconds(0, 320e9, "T4", torch.float32, tensor_cores=False) == pytest.approx(1.0)
 
 
 def test_view_rows_are_labelled_and_impossible_values_refused():

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from gpuformer_lib import bench, gpu_view, roofline
+from gpuformer_lib import bench, gpu_view
+from gpuformer_lib.predict import roofline
 from gpuformer_lib.exercises.roofline import (TWO_ROOF_OPERATIONS, check_bound_two_roofs, check_gelu_time_prediction,
                                               check_matmul_time_prediction)
 
@@ -39,9 +40,9 @@ def test_predicted_seconds_takes_the_largest_of_three_limits():
     assert roofline.limiting_factor(1e9, 1e12, 1e12, 1e11) == "memory"
     assert roofline.limiting_factor(10, 10, 1e12, 1e12, 5e-6) == "launch"
     # the model agrees with gpu_view's roofline when launch overhead is zero
-    t = roofline.predicted_seconds(2e12, 3e9, gpu_view.compute_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True),
-                                   gpu_view.bandwidth("H100 SXM"))
-    assert t == pytest.approx(gpu_view.roofline_seconds(2e12, 3e9, "H100 SXM", torch.bfloat16, tensor_cores=True))
+    t = roofline.predicted_seconds(2e12, 3e9, roofline.datasheet_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True),
+                                   roofline.datasheet_bandwidth("H100 SXM"))
+    assert t == pytest.approx(roofline.datasheet_seconds(2e12, 3e9, "H100 SXM", torch.bfloat16, tensor_cores=True))
     with pytest.raises(ValueError):
         roofline.predicted_seconds(-1, 1, 1, 1)
     with pytest.raises(ValueError):
@@ -157,10 +158,10 @@ def test_check_bound_judges_element_wise_kernels_against_the_vector_roof():
 def test_exercise_constants_are_gpu_views_datasheet_figures():
     from gpuformer_lib.exercises import roofline as ex
 
-    assert ex.H100_TENSOR_BF16 == pytest.approx(gpu_view.compute_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True))
-    assert ex.H100_CUDA_CORE_FP32 == pytest.approx(gpu_view.compute_ceiling("H100 SXM", torch.float32,
+    assert ex.H100_TENSOR_BF16 == pytest.approx(roofline.datasheet_ceiling("H100 SXM", torch.bfloat16, tensor_cores=True))
+    assert ex.H100_CUDA_CORE_FP32 == pytest.approx(roofline.datasheet_ceiling("H100 SXM", torch.float32,
                                                                             tensor_cores=False))
-    assert ex.H100_BANDWIDTH == pytest.approx(gpu_view.bandwidth("H100 SXM"))
+    assert ex.H100_BANDWIDTH == pytest.approx(roofline.datasheet_bandwidth("H100 SXM"))
 
 
 def test_gelu_message_follows_the_direction_of_the_miss():
@@ -176,7 +177,7 @@ def test_gelu_message_follows_the_direction_of_the_miss():
 def test_ridge_rows_exercise():
     from gpuformer_lib.exercises.roofline import check_ridge_rows, rows_at_ridge
 
-    ridges = {gpu: gpu_view.compute_ceiling(gpu, dt, tensor_cores=True) / gpu_view.bandwidth(gpu)
+    ridges = {gpu: roofline.datasheet_ceiling(gpu, dt, tensor_cores=True) / roofline.datasheet_bandwidth(gpu)
               for gpu, dt in (("T4", torch.float16), ("H100 SXM", torch.bfloat16))}
     rows = {gpu: rows_at_ridge(r) for gpu, r in ridges.items()}
     # at the root, the intensity equals the ridge

@@ -156,7 +156,7 @@ def check_kernel_roofline(answers: dict[str, tuple[float, str]], peak_flops: flo
 def _roof(gpu: str, name: str) -> float:
     """The compute roof of kernel ``name`` on ``gpu``: tensor cores for a matrix product, CUDA-core float32
     for element-wise and row-wise kernels (which compute in float32 whatever they store)."""
-    from gpuformer_lib.gpu_view import compute_ceiling
+    from gpuformer_lib.predict.roofline import datasheet_ceiling as compute_ceiling
 
     matmul = "matmul" in name
     return compute_ceiling(gpu, torch.float16 if matmul and "float16" in name else torch.float32, tensor_cores=matmul)
@@ -183,7 +183,7 @@ def check_kernel_roofs(answers: dict[str, tuple[float, str, str]]) -> CheckResul
     """``answers`` maps each kernel in :data:`KERNEL_ROOF_COSTS` to (FLOP per byte, bound on a T4, bound on
     an H100 SXM), each bound ``"memory"`` or ``"compute"``. A kernel is judged against the roof it runs
     under: matrix products on tensor cores, element-wise and row-wise float32 kernels on CUDA cores."""
-    from gpuformer_lib.gpu_view import bandwidth, compute_ceiling
+    from gpuformer_lib.predict.roofline import datasheet_bandwidth as bandwidth, datasheet_ceiling as compute_ceiling
 
     if not isinstance(answers, dict):
         return _report(False, "Pass a dict that maps each name in KERNEL_ROOF_COSTS to (FLOP per byte, bound on "

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check
 from gpuformer_lib.exercises.predictions import grade_prediction
+from gpuformer_lib.predict import roofline
 
-# An H100 SXM's datasheet ceilings (gpu_view.compute_ceiling / bandwidth): dense bf16 tensor cores, CUDA-core
+# An H100 SXM's datasheet ceilings (predict.roofline.datasheet_ceiling / datasheet_bandwidth): dense bf16 tensor cores, CUDA-core
 # float32, HBM3.
 H100_TENSOR_BF16 = 989.4e12
 H100_CUDA_CORE_FP32 = 67e12
@@ -150,7 +151,7 @@ def _prediction_ridges() -> dict[str, float]:
     from gpuformer_lib import gpu_view
 
     dtypes = {"T4": torch.float16, "H100 SXM": torch.bfloat16}  # the T4 has no bf16 tensor cores
-    return {gpu: gpu_view.compute_ceiling(gpu, dtypes[gpu], tensor_cores=True) / gpu_view.bandwidth(gpu)
+    return {gpu: roofline.datasheet_ceiling(gpu, dtypes[gpu], tensor_cores=True) / roofline.datasheet_bandwidth(gpu)
             for gpu in gpu_view.PREDICTION_GPUS}
 
 

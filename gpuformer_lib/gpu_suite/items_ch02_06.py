@@ -473,7 +473,8 @@ def _train_step(model, config, ids_src, ids_tgt, device: torch.device, dtype: to
       title="one training step (forward + backward, 16-bit autocast) of GPT-2 small and the base Transformer: "
             "FLOP/s, MFU")
 def training_step(ctx: Context) -> None:
-    from gpuformer_lib import bench, layer_cost
+    from gpuformer_lib import bench
+    from gpuformer_lib.predict import layer_cost
     from gpuformer_lib.model import (DecoderLM, Transformer, TransformerConfig, count_parameters, gpt2_config,
                                      paper_base_config, transformer_flops)
     from gpuformer_lib.profiles import current_profile
@@ -552,7 +553,7 @@ ADAMW_TARGET = 1.5
 @item(6, "adamw_fused_vs_foreach", cap_s=10,
       title="AdamW step on GPT-2 small's 124 M parameters: foreach against fused (optimizer.step only)")
 def adamw_fused_vs_foreach(ctx: Context) -> None:
-    from gpuformer_lib import optimizer_cost
+    from gpuformer_lib.predict import optimizer_cost
     from gpuformer_lib.model import DecoderLM, TransformerConfig, gpt2_config
 
     config = ctx.size(TransformerConfig(vocab_size=512, d_model=64, n_heads=4, n_decoder_layers=2, d_ff=256,

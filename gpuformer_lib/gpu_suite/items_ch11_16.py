@@ -68,7 +68,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
 @item(11, "backward_to_hide", cap_s=9,
       title="GPT-2 small: backward time, gradient bytes, and the all-reduce bus bandwidth that would hide behind it")
 def backward_to_hide(ctx: Context) -> None:
-    from gpuformer_lib import collective_costs, speed
+    from gpuformer_lib import speed
+    from gpuformer_lib.predict import collective_costs
     from gpuformer_lib.model import DecoderLM, gpt2_config, transformer_flops
 
     preset = _preset(ctx)
@@ -238,7 +239,7 @@ def _run_ranks(world: int, spec: dict, folder: Path, wait_s: float) -> dict:
 @item(11, "allreduce_busbw", cap_s=75, min_gpus=2,
       title="NCCL all-reduce bus bandwidth over message sizes (64 KiB-1 GiB), one process per visible GPU")
 def allreduce_busbw(ctx: Context) -> None:
-    from gpuformer_lib import collective_costs
+    from gpuformer_lib.predict import collective_costs
 
     if ctx.toy:  # a rehearsal: CPU processes with gloo, small messages (the code path, not a GPU's numbers)
         world, backend, sizes = 2, "gloo", [2**10, 2**14, 2**18]

@@ -6,7 +6,7 @@ Scope (chapter 12's GPU view and sizing example), each a formula with the paper 
   Models Using Model Parallelism", section 3): each Transformer layer all-reduces its (B, T, C) activations
   twice forward (after attention's row-parallel output projection and after the MLP's) and twice backward
   (Megatron's f before each column-parallel block): :func:`tp_allreduce_bytes_per_layer`;
-- its time on a link, with chapter 11's all-reduce model (:mod:`gpuformer_lib.collective_costs`) and the
+- its time on a link, with chapter 11's all-reduce model (:mod:`gpuformer_lib.predict.collective_costs`) and the
   registry's NCCL figures (:func:`tp_links`): :func:`tp_layer_comm_seconds`, beside the layer's compute
   (:func:`layer_train_flops`);
 - ZeRO's communication per step (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from gpuformer_lib.collective_costs import Link, hierarchical_allreduce_time
+from gpuformer_lib.predict.collective_costs import Link, hierarchical_allreduce_time
 from gpuformer_lib.memory import layer_activation_bytes
 from gpuformer_lib.published import figure
 

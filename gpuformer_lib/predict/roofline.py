@@ -17,9 +17,12 @@ a page, in a form that a noisy, shared machine cannot turn into an impossible "1
 - :func:`transformer_layer_operations`: the FLOPs and bytes of six operations of one Transformer layer, the
   same counts for a measurement here and a prediction for a T4 or an H100;
 - :func:`fraction_of_roof`: an operation's achieved FLOP/s over its own roof, through
-  ``bench.check_fraction`` (over 100 % fails, and says what to check).
+  ``bench.check_fraction`` (over 100 % fails, and says what to check);
+- a GPU's **datasheet roofs** (:func:`datasheet_ceiling`, :func:`datasheet_bandwidth`, :func:`datasheet_seconds`,
+  :func:`datasheet_matmul`): the bound a page shows *beside* a prediction, never as one. No step reaches them:
+  the course's predictor (``gpuformer_lib.predict``) uses achievable rates, memory traffic and a launch floor.
 
-Leaves out: the timing loop (``bench.time_fn``), datasheet peaks (``bench.known_gpus``, ``gpu_view``), the
+Leaves out: the timing loop (``bench.time_fn``), datasheet peaks (``bench.known_gpus``), the
 SFU rate that bounds ``exp``/``erf`` on a GPU, cache-line and write-allocate traffic (a copy on x86 may move
 3 bytes per byte copied; both the copy and the operations are counted the same simple way), and tile or wave
 quantisation of matrix products.
@@ -36,6 +39,7 @@ from typing import Sequence
 import torch
 
 from gpuformer_lib import bench
+from gpuformer_lib.gpu_view import datasheet
 
 
 def _positive(name: str, value) -> float:
@@ -192,6 +196,81 @@ def fraction_of_roof(name: str, achieved_flops: float, intensity: float, ceiling
     unit = "matrix-unit" if matrix else "vector-unit"
     return bench.check_fraction(f"{name}'s FLOP/s", achieved_flops / roof,
                                 ceiling=f"its roof (min({unit} peak, intensity x best copy bandwidth))")
+
+
+# --------------------------------------------------------------------------- a GPU's datasheet roofs
+
+
+def datasheet_ceiling(gpu: str, dtype: torch.dtype, *, tensor_cores: bool) -> float:
+    """The compute roof in FLOP/s for work in ``dtype`` on ``gpu``.
+
+    ``tensor_cores=True`` is for matrix products: the tensor-core peak of fp16/bf16 (TF32 for float32 on
+    GPUs that have it, else the float32 rate). ``tensor_cores=False`` is for element-wise and row-wise
+    kernels (softmax, layer norm, GELU, an add), which never run on tensor cores: their roof is the
+    CUDA-core float32 rate, whatever the storage format (the arithmetic is done in float32). The two roofs
+    differ 8-16x, so judging a softmax against the tensor-core peak misplaces it.
+    """
+    peak = datasheet(gpu)
+    if not isinstance(dtype, torch.dtype) or dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float32, torch.float16 or torch.bfloat16, got {dtype!r}")
+    if not tensor_cores:
+        return peak.fp32 * 1e12
+    if dtype == torch.float32:
+        return (peak.tf32 if peak.tf32 is not None else peak.fp32) * 1e12
+    value = peak.fp16 if dtype == torch.float16 else peak.bf16
+    if value is None:
+        raise ValueError(f"the {peak.name} has no bfloat16 tensor cores (it needs compute capability 8.0 or "
+                         "newer): predict for float16 instead")
+    return value * 1e12
+
+
+def datasheet_bandwidth(gpu: str) -> float:
+    """Datasheet memory bandwidth of ``gpu`` in bytes per second."""
+    return datasheet(gpu).memory_bandwidth_gbs * 1e9
+
+
+def datasheet_seconds(flops: float, nbytes: float, gpu: str, dtype: torch.dtype, *, tensor_cores: bool) -> float:
+    """Predicted time of one kernel: max(FLOPs / compute roof, bytes / bandwidth). A lower bound: a real
+    kernel adds launch overhead (microseconds) and reaches only a fraction of either roof (chapter 1 measures how much)."""
+    for name, value in (("flops", flops), ("nbytes", nbytes)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < math.inf:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if flops == 0 and nbytes == 0:
+        raise ValueError("a kernel with no FLOPs and no bytes has no time to predict")
+    return max(flops / datasheet_ceiling(gpu, dtype, tensor_cores=tensor_cores), nbytes / datasheet_bandwidth(gpu))
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasheetMatmul:
+    """Roofline prediction for one (m, k) x (k, n) product, each operand read once and the result written once."""
+
+    gpu: str
+    flops: int
+    nbytes: int
+    compute_seconds: float
+    memory_seconds: float
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def flops_per_second(self) -> float:
+        return self.flops / self.seconds
+
+    @property
+    def bound(self) -> str:
+        """``'compute'`` or ``'memory'``: which roof the prediction sits under."""
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+
+def datasheet_matmul(m: int, n: int, k: int, dtype: torch.dtype, gpu: str) -> DatasheetMatmul:
+    """Roofline time of an m x k by k x n product in ``dtype`` on ``gpu`` (tensor cores)."""
+    flops = bench.matmul_flops(m, n, k)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    nbytes = (m * k + k * n + m * n) * itemsize
+    return DatasheetMatmul(datasheet(gpu).name, flops, nbytes, flops / datasheet_ceiling(gpu, dtype, tensor_cores=True),
+                            nbytes / datasheet_bandwidth(gpu))
 
 
 # --------------------------------------------------------------------------- a Transformer layer's operations

@@ -74,7 +74,7 @@ unfused kernels, issued from C++ at a bare launch's cost)."""
 FUSED = frozenset({"compiled", "cuda-graphs", "hand-written"})
 """Executions whose element-wise kernels are fused (each run of them reads its inputs and writes its output once)."""
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 VALIDATION_FILE = REPO_ROOT / "bench_results" / "predictor-validation.json"
 """The validation table as committed (``python -m gpuformer_lib.predict validate --write``): the book, built
 without torch, shows it; ``tests/test_predict.py`` checks it against a fresh run."""
@@ -1105,6 +1105,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summarize(rows).line("all"))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
