@@ -15,11 +15,9 @@ Covers:
   read-backs: ``aten::_local_scalar_dense`` under ``.item()``/``int()``/``bool()``, and on a GPU the
   ``cudaStreamSynchronize`` it waits in), :func:`busy_share` (the share of a window in which a row, e.g. a
   CUDA stream's kernels or a CPU thread's operators, is busy; the rest is idle gaps), :func:`launch_gaps`;
-- :func:`record_example_trace`: the small CPU trace shipped with the book (``notebooks/traces/``);
-- :func:`tokens_per_second_bound`: the roofline upper bound on training throughput, FLOPs per token against a
-  peak (a prediction for the GPU view, labelled as an upper bound).
+- :func:`record_example_trace`: the small CPU trace shipped with the book (``notebooks/traces/``).
 
-Leaves out: the profiler itself and the operator table (``bench.profile_steps``, ``bench.time_by_category``),
+Leaves out: predictions (``predict``), the profiler itself and the operator table (``bench.profile_steps``, ``bench.time_by_category``),
 Nsight Systems (its ``.nsys-rep`` files are not Chrome traces), HTA's multi-rank analyses. Trace event format:
 the Chrome Trace Event Format ("X" complete events with ``ts`` and ``dur`` in microseconds), as PyTorch's
 Kineto writes it.
@@ -280,20 +278,6 @@ def record_example_trace(path: str | os.PathLike, *, steps: int = 3) -> dict:
 
 
 # --------------------------------------------------------------------------- the GPU view's bound
-
-
-def tokens_per_second_bound(flops_per_token: float, gpu: str, dtype: torch.dtype, *, mfu: float = 1.0) -> float:
-    """Training tokens per second on ``gpu`` if the step ran at ``mfu`` of the datasheet's tensor-core peak in
-    ``dtype``: ``mfu * peak / flops_per_token``. With ``mfu=1`` (the default) it is the roofline's upper bound,
-    which no real step reaches; any other ``mfu`` must be a cited figure, not a guess."""
-    from gpuformer_lib.predict.roofline import datasheet_ceiling as compute_ceiling
-
-    if not 0 < flops_per_token < float("inf"):
-        raise ValueError(f"flops_per_token must be a finite number > 0, got {flops_per_token!r}")
-    bench.check_fraction("mfu", mfu, ceiling="the peak")
-    if mfu == 0:
-        raise ValueError("mfu must be > 0")
-    return mfu * compute_ceiling(gpu, dtype, tensor_cores=True) / flops_per_token
 
 
 def input_stall_words(step_s: float, prep_s: float, device_type: str) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import gzip
 import io
 import math
@@ -771,14 +772,36 @@ def attention_flops(n_tokens: int, d_model: int, sequences: int, n_layers: int) 
     return 3.0 * 4 * n_tokens ** 2 * d_model * sequences * n_layers
 
 
-def step_prediction(config: PatchConfig, batch_size: int, gpu: str, dtype: torch.dtype) -> float:
-    """Seconds of one training step's matrix products at the rate they achieve on ``gpu`` in ``dtype`` (the
-    course's predictor, ``predict.achievable_rate``: bf16/fp16 on tensor cores, strict float32 on CUDA cores);
-    a lower bound that leaves out memory-bound kernels and launches (PatchTST is not a model the predictor's
-    byte count covers)."""
+@functools.lru_cache(maxsize=16)
+def _step_work(config: PatchConfig, batch_size: int):
+    """``predict.step_work`` of one float32 training step of :class:`PatchTST` (counted once per size)."""
     from gpuformer_lib import predict
 
-    return patch_flops(config, batch_size) / predict.achievable_rate(gpu, predict.format_of(dtype))[0]
+    torch.manual_seed(0)
+    model = PatchTST(config)
+    x = torch.randn(batch_size, config.channels, config.context)
+    y = torch.randn(batch_size, config.horizon)
+
+    def step():
+        F.mse_loss(model(x), y).backward()
+
+    return predict.step_work(step, fmt="fp32", optimizer_numels=[p.numel() for p in model.parameters()])
+
+
+def step_prediction(config: PatchConfig, batch_size: int, gpu: str, dtype: torch.dtype):
+    """One eager training step of :class:`PatchTST` (``config``, ``batch_size`` windows, MSE, foreach AdamW)
+    predicted for ``gpu`` (a datasheet name) with matrix products in ``dtype`` by the course's predictor
+    (``predict.step_work``: the step's kernels, FLOPs and bytes counted from a run of the real step on this
+    CPU at that size; ``predict.predict_step``). Returns a ``predict.Prediction``: its ``bound`` says whether
+    arithmetic, memory traffic or the host's launches set the time."""
+    from gpuformer_lib import predict
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    fmt = predict.format_of(dtype)
+    work = _step_work(config, batch_size)
+    work = dataclasses.replace(work, fmt=fmt, matrix_bytes=work.matrix_bytes * predict.ACTIVATION_BYTES[fmt] / 4)
+    return predict.predict_step(work, gpu)
 
 
 def top_level_operators(events, steps: int) -> float:
@@ -798,16 +821,6 @@ def top_level_operators(events, steps: int) -> float:
         return False
 
     return sum(1 for e in events if e.name.startswith("aten::") and not nested(e)) / steps
-
-
-def launch_bound_step(config: PatchConfig, batch_size: int, gpu: str, dtype: torch.dtype, kernels: float,
-                      launch_s: float) -> float:
-    """A GPU step predicted as max(its arithmetic at ``gpu``'s roof (:func:`step_prediction`), ``kernels`` x
-    ``launch_s``): whichever of the two the step cannot go below. ``launch_s`` must be measured on a GPU (or
-    cited), not on a CPU: a CPU's operator dispatch is not a kernel launch."""
-    if kernels < 0 or not launch_s > 0:
-        raise ValueError(f"kernels must be >= 0 and launch_s > 0, got {kernels!r}, {launch_s!r}")
-    return max(step_prediction(config, batch_size, gpu, dtype), kernels * launch_s)
 
 
 def dp_allreduce_prediction(n_params: int, gpus: int = 8, link: str = "H100 NVLink", bytes_per_grad: int = 4) -> float:

@@ -162,11 +162,3 @@ def matmul_errors(m: int, k: int, n: int, *, seed: int = 0) -> dict[str, float]:
 FP8_DENSE_PEAK_TFLOPS = {"H100 SXM": 1979.0}
 """Dense FP8 tensor-core peaks (no sparsity) from the datasheet, as the registry's
 ``h100-sxm-fp8-dense-peak`` quotes it; a T4 (compute capability 7.5) has no FP8 tensor cores."""
-
-
-def fp8_matmul_seconds(flops: float, gpu: str) -> float:
-    """Predicted time of ``flops`` of FP8 matrix products at ``gpu``'s dense FP8 peak (a lower bound)."""
-    if gpu not in FP8_DENSE_PEAK_TFLOPS:
-        raise ValueError(f"{gpu!r} has no FP8 tensor cores in the course's table (FP8 needs compute capability "
-                         f"8.9 or 9.0); known: {', '.join(FP8_DENSE_PEAK_TFLOPS)}")
-    return flops / (FP8_DENSE_PEAK_TFLOPS[gpu] * 1e12)

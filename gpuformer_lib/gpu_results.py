@@ -91,8 +91,9 @@ html[data-theme=dark] .gpuview-block .gv-kind,html[data-theme=dark] .gpuview-blo
 screen; on a phone each quantity a card whose numbers each name their device; words never broken inside; the
 kinds' colours brightened on the book's dark theme."""
 
-RATIO_HINT = ("Most predictions are bounds: a time measured above its prediction (a ratio over 1), or a rate "
-              "below it, is what a bound leads one to expect; how far is the lesson.")
+RATIO_HINT = ("Predictions are the course's predictor's estimates (chapter 10, section 10.8), validated against "
+              "published GPU runs in the appendix of GPU measurements: a measured / predicted ratio within its "
+              "validated error is agreement; a larger gap is the lesson.")
 
 SPEC_ATTRIBUTE = "data-gpuview"
 END_MARK = "<!-- /gpuview -->"
@@ -121,7 +122,7 @@ def shown(value: float, unit: str) -> str:
 
 
 def family(device: str) -> str | None:
-    """The GPU a device label names (``'NVIDIA H100 80GB HBM3'`` and ``'H100 SXM (datasheet)'`` are both
+    """The GPU a device label names (``'NVIDIA H100 80GB HBM3'`` and ``'H100 SXM (course predictor)'`` are both
     ``'H100'``), or None for a CPU, 'any GPU' or an unnamed one."""
     match = _FAMILY.search(device)
     return match.group(1).upper() if match else None
@@ -415,8 +416,7 @@ def render_view(spec: Mapping[str, Any], results: Mapping[str, dict] | None, *, 
     caption = (f'<caption><b>{esc(spec["title"])}</b><br><span class="gv-legend">'
                + (f"<b>this page</b>: {esc(here_label)}. " if any(k == "here" for k, _ in columns) else "")
                + '<b style="color:{m}">measured</b> on a named device; <b style="color:{p}">predicted</b> by the '
-               "course's models (for a T4 and an H100 SXM from their datasheets: the NVIDIA H100 80GB HBM3 is an "
-               "H100 SXM); <b style=\"color:{u}\">published</b> in a cited source. " + esc(RATIO_HINT)
+               "course's predictor (for a T4 and an H100 SXM: the NVIDIA H100 80GB HBM3 is an H100 SXM); <b style=\"color:{u}\">published</b> in a cited source. " + esc(RATIO_HINT)
                + "</span></caption>").format(
         m=KIND_COLOUR["measured"], p=KIND_COLOUR["predicted"], u=KIND_COLOUR["published"])
     chart = _chart(quantities, entries, taken)

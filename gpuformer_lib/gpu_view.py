@@ -137,9 +137,10 @@ def measured(quantity: str, value: float, unit: str, *, how: str, device: str | 
 
 
 def predicted(quantity: str, value: float, unit: str, *, gpu: str, model: str) -> ViewRow:
-    """A number the course's models predict for ``gpu`` from its datasheet figures; ``model`` says which
-    model and inputs, e.g. ``'roofline: 2mnk / 989 TFLOP/s'``."""
-    return ViewRow(quantity, "predicted", f"{datasheet(gpu).name} (datasheet)", float(value), unit, model)
+    """A number the course's predictor (``gpuformer_lib.predict``) gives for ``gpu`` (a datasheet name);
+    ``model`` says which inputs and what set it, e.g. ``'course predictor, eager; host-bound'``. The row's
+    device reads ``'<GPU> (course predictor)'``."""
+    return ViewRow(quantity, "predicted", f"{datasheet(gpu).name} (course predictor)", float(value), unit, model)
 
 
 def published(key: str, quantity: str | None = None) -> ViewRow:

@@ -348,13 +348,30 @@ def triton_dot_uses_tensor_cores(gpu: str) -> bool:
     return (cc // 10, cc % 10) >= TRITON_TENSOR_CORE_MIN_CC
 
 
-def triton_matmul_prediction(m: int, n: int, k: int, dtype: torch.dtype, gpu: str):
-    """Roofline prediction for :func:`matmul` (this chapter's Triton kernel) on ``gpu``: the tensor-core peak
-    where ``tl.dot`` uses tensor cores, the CUDA cores' float32 rate where it falls back to FMA (a T4).
-    Returns a :class:`gpuformer_lib.predict.roofline.DatasheetMatmul` and whether tensor cores were assumed."""
-    from gpuformer_lib.predict import roofline
+@dataclasses.dataclass(frozen=True)
+class MatmulPrediction:
+    """The course's predictor on one (m, k) x (k, n) product (each operand read once, the result written once)."""
+
+    flops: int
+    nbytes: int
+    seconds: float
+    bound: str
+    """``'compute'`` or ``'memory'``: which of the two sets the time."""
+
+    @property
+    def flops_per_second(self) -> float:
+        return self.flops / self.seconds
+
+
+def triton_matmul_prediction(m: int, n: int, k: int, dtype: torch.dtype, gpu: str) -> tuple[MatmulPrediction, bool]:
+    """The course's predictor (``predict.kernel_time``) on :func:`matmul` (this chapter's Triton kernel) on
+    ``gpu``: the achievable tensor-core rate where ``tl.dot`` uses tensor cores, the CUDA cores' achievable
+    float32 rate where it falls back to FMA (a T4). Returns the prediction and whether tensor cores were
+    assumed."""
+    from gpuformer_lib import predict
 
     tensor_cores = triton_dot_uses_tensor_cores(gpu)
-    p = roofline.datasheet_matmul(m, n, k, dtype, gpu)
-    ceiling = roofline.datasheet_ceiling(gpu, dtype, tensor_cores=tensor_cores)
-    return dataclasses.replace(p, compute_seconds=p.flops / ceiling), tensor_cores
+    flops = 2 * m * n * k
+    nbytes = (m * k + k * n + m * n) * torch.empty((), dtype=dtype).element_size()
+    seconds, bound = predict.kernel_time(flops, nbytes, gpu, predict.format_of(dtype), matrix=tensor_cores)
+    return MatmulPrediction(flops, nbytes, seconds, bound), tensor_cores

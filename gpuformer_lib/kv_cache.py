@@ -351,41 +351,47 @@ class HeadsPrediction:
 
 
 def predicted_heads_loop_vs_batch(batch: int, n_heads: int, seq_len: int, head_size: int, dtype: torch.dtype,
-                                  gpu: str, *, launch_seconds: float = 5e-6) -> HeadsPrediction:
-    """A launch-and-roofline model of :func:`minimal_attention` run per head or batched on ``gpu``.
+                                  gpu: str, *, launch_seconds: float | None = None) -> HeadsPrediction:
+    """The course's predictor (``gpuformer_lib.predict``) on :func:`minimal_attention` run per head or batched
+    on ``gpu``, eager.
 
     The minimal attention is 4 kernels (scale q, q k^T, masked softmax counted as two passes over the
-    scores, @ v), each at least ``launch_seconds`` (an eager PyTorch op costs a few microseconds of CPU
-    time to launch: an assumption, not a datasheet figure). The matmuls run on tensor cores, the rest at
-    the CUDA-core roof, each at its roofline time scaled by how much of the GPU it can fill: a kernel
-    with fewer 128 x 128 output tiles (thread blocks) than the GPU has SMs uses only that fraction of it.
-    The loop runs H such sequences of kernels on 1/H of the data each, plus one kernel that stacks them.
+    scores, @ v). Each kernel's GPU time is ``predict.kernel_time`` (the products at the achievable
+    tensor-core rate, the rest at the CUDA cores' achievable float32 rate, bytes at the achievable
+    bandwidth), scaled by how much of the GPU it can fill: a kernel with fewer 128 x 128 output tiles
+    (thread blocks) than the GPU has SMs uses only that fraction of it. The loop runs H such sequences of
+    kernels on 1/H of the data each, plus one kernel that stacks them. As in ``predict.predict_step``, the
+    host issues the kernels while the GPU runs them: each way takes the larger of the GPU's time and the
+    host's, kernels x ``launch_seconds`` (default: the eager launch cost of the course's kernel census,
+    ``predict.launch_seconds()['eager']``).
     """
-    from gpuformer_lib import gpu_view
-    from gpuformer_lib.predict import roofline
+    from gpuformer_lib import gpu_view, predict
 
+    if launch_seconds is None:
+        launch_seconds = predict.launch_seconds()["eager"]
     item = torch.empty((), dtype=dtype).element_size()
+    fmt = predict.format_of(dtype)
     sms = SM_COUNT[gpu_view.datasheet(gpu).name]
 
-    def kernels(heads: int) -> float:
+    def gpu_seconds(heads: int) -> float:
         rows = batch * heads
         scores = rows * seq_len * seq_len  # elements of the (rows, T, T) scores
         tiles = rows * math.ceil(seq_len / 128) ** 2
         fill = min(1.0, tiles / sms)
-        qk = roofline.datasheet_seconds(2 * rows * seq_len * seq_len * head_size,
-                                       (2 * rows * seq_len * head_size + scores) * item, gpu, dtype,
-                                       tensor_cores=True) / fill
+        qk = predict.kernel_time(2 * rows * seq_len * seq_len * head_size,
+                                 (2 * rows * seq_len * head_size + scores) * item, gpu, fmt, matrix=True)[0] / fill
         pv = qk  # the same shapes transposed: (T, T) x (T, hs)
-        scale = roofline.datasheet_seconds(rows * seq_len * head_size, 2 * rows * seq_len * head_size * item, gpu,
-                                          dtype, tensor_cores=False) / fill
-        softmax = roofline.datasheet_seconds(5 * scores, 4 * scores * item, gpu, dtype, tensor_cores=False) / fill
-        return sum(max(launch_seconds, t) for t in (scale, qk, softmax, pv))
+        scale = predict.kernel_time(rows * seq_len * head_size, 2 * rows * seq_len * head_size * item, gpu, fmt,
+                                    matrix=False)[0] / fill
+        softmax = predict.kernel_time(5 * scores, 4 * scores * item, gpu, fmt, matrix=False)[0] / fill
+        return scale + qk + softmax + pv
 
     out_bytes = batch * n_heads * seq_len * head_size * item
-    stack = max(launch_seconds, 2 * out_bytes / roofline.datasheet_bandwidth(gpu))
-    loop = n_heads * kernels(1) + stack
-    return HeadsPrediction(gpu_view.datasheet(gpu).name, loop, kernels(n_heads),
-                           launch_bound_loop=n_heads * 4 * launch_seconds > loop / 2)
+    stack = predict.kernel_time(0, 2 * out_bytes, gpu, fmt, matrix=False)[0]
+    loop_gpu, loop_host = n_heads * gpu_seconds(1) + stack, (4 * n_heads + 1) * launch_seconds
+    batch_gpu, batch_host = gpu_seconds(n_heads), 4 * launch_seconds
+    return HeadsPrediction(gpu_view.datasheet(gpu).name, max(loop_gpu, loop_host), max(batch_gpu, batch_host),
+                           launch_bound_loop=loop_host > loop_gpu)
 
 
 def predicted_recompute_seconds(gpu: str, n_params: int, seq_len: int, batch: int, dtype: torch.dtype) -> float:

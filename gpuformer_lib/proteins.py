@@ -23,7 +23,7 @@ language model must beat, an antimicrobial-peptide classifier, padding and packi
   (``packing.TokenBudgetBatchSampler``: similar lengths together) or ``"packed"`` (``packing.pack``:
   windows end to end in rows of ``crop + 1`` tokens, no padding inside a row); :func:`padding_share`.
 - The harness: :func:`protein_lm_task` -> ``case_study.Task``, :func:`case_plan` per device,
-  :func:`predicted_steps` (GPU rows from the compute roof), :func:`bottleneck` / :func:`fix_for`.
+  :func:`predicted_steps` (GPU rows from the course's predictor), :func:`packing_gain`, :func:`bottleneck` / :func:`fix_for`.
 
 Leaves out: structure (no structure data ships with the course; chapter 14 cites what protein language
 models reach at scale), multiple sequence alignments, and variable-length attention kernels (the mask here
@@ -781,24 +781,35 @@ def lm_memory_gib(plan_like: CasePlan, crop: int, batch_size: int, autocast: boo
     return m.total / 2**30
 
 
-def predicted_steps(useful_flops: float, padding_before: float, gpu: str, low_precision: torch.dtype
-                    ) -> list[tuple[str, float]]:
-    """(row, seconds) of one step at ``gpu``'s compute roof (``gpu_view`` names): fp32 on CUDA cores with
-    random padded batches (``padding_before``, a share of slots); packed rows (no padding) ; TF32 (where
-    the GPU has it); ``low_precision`` tensor cores. A lower bound that leaves out memory-bound kernels,
-    launches and the host; the ratios between rows are the prediction."""
-    from gpuformer_lib.predict import roofline
+def predicted_steps(config: TransformerConfig, batch_size: int, crop: int, padding_before: float, gpu: str,
+                    low_precision: torch.dtype) -> list[tuple[str, object]]:
+    """(row, ``predict.Prediction``) of the measured ladder's rows predicted for ``gpu`` (a datasheet name) by
+    the course's predictor (``gpuformer_lib.predict``), for ``batch_size`` windows of ``crop`` residues of
+    ``config``, eager, foreach AdamW: random padded batches (``padding_before``, the share of padded slots)
+    in float32; packed rows, which carry the same real residues in ``round(batch_size x (1 - padding_before))``
+    full windows; TF32 matrix products (where the GPU has them); ``low_precision`` autocast. Every row keeps
+    its launches, memory traffic and host time, so a launch-bound step gains less than its FLOPs say."""
+    from gpuformer_lib import gpu_view, predict
 
-    if not useful_flops > 0 or not 0 <= padding_before < 1:
-        raise ValueError(f"need useful_flops > 0 and 0 <= padding_before < 1, got {useful_flops!r}, {padding_before!r}")
-    fp32 = roofline.datasheet_ceiling(gpu, torch.float32, tensor_cores=False)
-    rows = [("baseline (fp32, padded batches)", useful_flops / (1 - padding_before) / fp32),
-            ("+ packed rows", useful_flops / fp32)]
-    if roofline.datasheet(gpu).tf32 is not None:
-        rows.append(("+ TF32 matmuls", useful_flops / roofline.datasheet_ceiling(gpu, torch.float32, tensor_cores=True)))
-    name = "bf16" if low_precision == torch.bfloat16 else "fp16"
-    rows.append((f"+ {name} autocast", useful_flops / roofline.datasheet_ceiling(gpu, low_precision, tensor_cores=True)))
-    return rows
+    if not 0 <= padding_before < 1:
+        raise ValueError(f"padding_before is a share of padded slots, 0 <= share < 1; got {padding_before!r}")
+    packed = max(1, round(batch_size * (1 - padding_before)))
+    rows = [("baseline (fp32, padded batches)", batch_size, "fp32"), ("+ packed rows", packed, "fp32")]
+    if gpu_view.datasheet(gpu).tf32 is not None:
+        rows.append(("+ TF32 matmuls", packed, "tf32"))
+    fmt = predict.format_of(low_precision)
+    rows.append((f"+ {fmt} autocast", packed, fmt))
+    return [(name, predict.predict_step(predict.training_work(config, tokens=windows * crop, seq_len=crop,
+                                                              fmt=f), gpu))
+            for name, windows, f in rows]
+
+
+def packing_gain(steps: Sequence[tuple[str, object]], batch_size: int, padding_before: float) -> float:
+    """Residues per second of the packed row over the padded baseline's, from :func:`predicted_steps`: the
+    packed step carries ``round(batch_size x (1 - padding_before))`` full windows of real residues, the
+    padded one ``batch_size x (1 - padding_before)`` windows' worth."""
+    packed = max(1, round(batch_size * (1 - padding_before)))
+    return (packed / steps[1][1].seconds) / (batch_size * (1 - padding_before) / steps[0][1].seconds)
 
 
 _FIXES = (  # profile category (bench.time_by_category) -> words of the rows that address it, in order

@@ -196,7 +196,7 @@ ATTENTION = (
       where="abstract",
       quote="FlashAttention is still not nearly as fast as optimized matrix-multiply (GEMM) operations, reaching "
             "only 25-40% of the theoretical maximum FLOPs/s.", chapters=(3,),
-      note="Why a fused kernel's time sits above the course's tensor-core roofline prediction."),
+      note="A fused attention kernel reaches a smaller share of the peak than a large matrix product does."),
     F(key="turing-flash-forward-vs-sdpa-t4", value=2, unit="x",
       quantity="a FlashAttention forward written for Turing against F.scaled_dot_product_attention (which runs "
                "the memory-efficient kernel there)",

@@ -17,7 +17,7 @@ same pieces step by step; this module is them put together.
 
 - chapter 13's sizes and predictions: :func:`case_plan` (budget, seeds, tolerance per device),
   :func:`step_memory_gib` (the memory calculator for an encoder-decoder), :func:`predicted_rows` (the measured
-  ladder's rows at a GPU's compute roof, same names and order), :func:`bottleneck` and :func:`fix_for` (the
+  ladder's rows through the course's predictor, same names and order), :func:`bottleneck` and :func:`fix_for` (the
   profile's top category and the table row that addresses it).
 
 Leaves out: the model (``model``), decoding and scoring (``generate``, ``seq2seq_decoding``, ``retrieval``).
@@ -270,55 +270,6 @@ def case_run(preset, src_vocab_size: int, tgt_vocab_size: int, max_len: int = 24
                                  n_encoder_layers=base.n_encoder_layers, n_decoder_layers=base.n_decoder_layers,
                                  dropout=base.dropout)
     return dataclasses.replace(run, config=config)
-
-
-@dataclasses.dataclass(frozen=True)
-class StepPrediction:
-    """One row of the predicted table: the step's matrix-product FLOPs (padding included) at a compute roof."""
-
-    row: str
-    flops: float
-    """FLOPs of one step as the GPU computes it: the real tokens' FLOPs over (1 - padding share)."""
-    ceiling: float
-    """The roof the step's matrix products run at (FLOP/s)."""
-
-    @property
-    def seconds(self) -> float:
-        return self.flops / self.ceiling
-
-
-def predicted_steps(useful_flops: float, padding_random: float, padding_budget: float, gpu: str,
-                    low_precision: torch.dtype) -> list[StepPrediction]:
-    """The acceleration ladder of chapter 13 predicted at the compute roof of ``gpu`` (``gpu_view`` names):
-    a step that does ``useful_flops`` of real tokens' arithmetic, padded to ``padding_random`` (share of
-    padded target slots with random batches) or ``padding_budget`` (with token-budget batches).
-
-    Rows: fp32 on CUDA cores; TF32 tensor cores (where the GPU has them); ``low_precision`` (bf16 or fp16)
-    tensor cores; then token-budget batches, which remove most of padding's arithmetic: a step computes
-    useful / (1 - padding) FLOPs, so its time falls by the factor (1 - padding_budget) / (1 - padding_random).
-
-    A lower bound on each step's time: it leaves out memory-bound kernels (softmax, layer norm, the
-    optimizer), launches and the host, which the measured table includes. Ratios between rows are the
-    prediction to compare; absolute times are the roof's."""
-    from gpuformer_lib import gpu_view
-    from gpuformer_lib.predict import roofline
-
-    if not (isinstance(useful_flops, (int, float)) and useful_flops > 0):
-        raise ValueError(f"useful_flops must be a positive number, got {useful_flops!r}")
-    for name, value in (("padding_random", padding_random), ("padding_budget", padding_budget)):
-        if not (isinstance(value, (int, float)) and 0 <= value < 1):
-            raise ValueError(f"{name} is a share of padded slots, 0 <= share < 1; got {value!r}")
-    padded = useful_flops / (1 - padding_random)
-    rows = [StepPrediction("baseline (fp32, CUDA cores)", padded,
-                           roofline.datasheet_ceiling(gpu, torch.float32, tensor_cores=False))]
-    if gpu_view.datasheet(gpu).tf32 is not None:
-        rows.append(StepPrediction("+ TF32 matmuls", padded, roofline.datasheet_ceiling(gpu, torch.float32,
-                                                                                      tensor_cores=True)))
-    low = roofline.datasheet_ceiling(gpu, low_precision, tensor_cores=True)
-    name = "bf16" if low_precision == torch.bfloat16 else "fp16"
-    rows.append(StepPrediction(f"+ {name} autocast", padded, low))
-    rows.append(StepPrediction("+ token-budget batches", useful_flops / (1 - padding_budget), low))
-    return rows
 
 
 def step_memory_gib(config, batch_size: int, seq_len: int, *, autocast: bool, fused_attention: bool = True

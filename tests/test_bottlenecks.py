@@ -169,13 +169,6 @@ def test_a_missing_trace_says_where_it_should_be_and_where_to_run(tmp_path, monk
         bottlenecks.load_trace(tmp_path / "absent.json")
 
 
-def test_tokens_per_second_bound():
-    assert bottlenecks.tokens_per_second_bound(1e9, "H100 SXM", torch.bfloat16) == pytest.approx(989.4e12 / 1e9)
-    assert bottlenecks.tokens_per_second_bound(1e9, "T4", torch.float16, mfu=0.5) == pytest.approx(32.5e3)
-    with pytest.raises(bench.ImpossibleValueError):
-        bottlenecks.tokens_per_second_bound(1e9, "T4", torch.float16, mfu=1.2)
-
-
 def test_input_stall_words_follow_device_and_values():
     assert "nothing overlaps" in bottlenecks.input_stall_words(0.1, 0.01, "cpu")
     assert "hidden" in bottlenecks.input_stall_words(0.1, 0.01, "cuda")

@@ -129,7 +129,7 @@ def test_review_fixes_stay_fixed(cells):
     assert ("beyond the noise" in g["returns_summary"]) == ("beats" not in g["tf_words"])
     # top-level operators only; the data-parallel verdict from the two predicted times
     assert "forecasting.top_level_operators(" in code and "top-level operator calls per step" in text
-    m = re.search(r"([\d.]+) µs of arithmetic each; .* NVLink ([\d.]+) µs", text)
+    m = re.search(r"each GPU's step ([\d.]+) µs .* NVLink ([\d.]+) µs", text)
     assert m and g["dp_words"].startswith("longer" if float(m.group(2)) > float(m.group(1)) else "shorter")
     # no typed GPU launch latency: the GPU verdict rests on the break-even launch or on one measured on a GPU
     assert "breakeven_s" in code and g["breakeven_us"] in g["cpu_verdict"] or "on this GPU" in g["cpu_verdict"]

@@ -75,7 +75,7 @@ def test_gpu_view_has_three_kinds_and_fp8_is_predicted_and_cited(nb):
         for out in cell.get("outputs", []):
             html += "".join(out.get("data", {}).get("text/html", ""))
     assert "gpuview-measured" in html and "gpuview-predicted" in html and "gpuview-published" in html
-    assert "FP8 roof" in html and "torchao.float8" in html
+    assert "FP8 rate" in html and "torchao.float8" in html
 
 
 def test_speed_words_agree_with_the_glued_speedups(nb):

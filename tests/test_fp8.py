@@ -72,6 +72,7 @@ def test_fp8_matmul_against_float64():
 
 def test_fp8_peak_is_the_registrys():
     assert fp8.FP8_DENSE_PEAK_TFLOPS["H100 SXM"] == figure("h100-sxm-fp8-dense-peak").value
-    assert fp8.fp8_matmul_seconds(1979e12, "H100 SXM") == pytest.approx(1.0)
+    from gpuformer_lib import predict
+    assert predict.datasheet_rate("H100 SXM", "fp8") == 1979e12  # the predictor reads the same table
     with pytest.raises(ValueError, match="FP8"):
-        fp8.fp8_matmul_seconds(1e12, "T4")
+        predict.datasheet_rate("T4", "fp8")

@@ -3,6 +3,7 @@ launcher's habits (current stream, launch check, 64-bit sizes), which cannot be 
 
 import re
 
+import pytest
 import torch
 
 from gpuformer_lib import kernels, occupancy
@@ -129,7 +130,6 @@ def test_occupancy_limiter(capsys):
 
 def test_triton_matmul_prediction_uses_the_units_tl_dot_runs_on():
     """Triton >= 3.2 runs tl.dot on FMA units below sm_80: the T4's prediction sits at the CUDA-core roof."""
-    from gpuformer_lib.predict import roofline
     from gpuformer_lib.profiles import PROFILES
 
     assert not kernels.triton_dot_uses_tensor_cores("T4") and kernels.triton_dot_uses_tensor_cores("H100 SXM")
@@ -139,10 +139,13 @@ def test_triton_matmul_prediction_uses_the_units_tl_dot_runs_on():
     t4, t4_tc = kernels.triton_matmul_prediction(4096, 4096, 4096, torch.float16, "T4")
     h100, h100_tc = kernels.triton_matmul_prediction(4096, 4096, 4096, torch.float16, "H100 SXM")
     assert (t4_tc, h100_tc) == (False, True)
-    cuda_cores = compute_ceiling("T4", torch.float16, tensor_cores=False)
-    assert abs(t4.flops_per_second - cuda_cores) / cuda_cores < 1e-9  # 8.1 TFLOP/s, not the 65 of the tensor cores
+    from gpuformer_lib import predict
+    cuda_cores = predict.achievable_rate("T4", "fp32")[0]
+    assert abs(t4.flops_per_second - cuda_cores) / cuda_cores < 1e-9  # the CUDA cores' rate, not the tensor cores'
     assert t4.flops_per_second < compute_ceiling("T4", torch.float16, tensor_cores=True) / 4
-    assert h100.seconds == roofline.datasheet_matmul(4096, 4096, 4096, torch.float16, "H100 SXM").seconds
+    assert h100.flops_per_second == pytest.approx(predict.achievable_rate("H100 SXM", "fp16")[0])
+    assert h100.bound == "compute" and h100.flops_per_second < compute_ceiling("H100 SXM", torch.float16,
+                                                                              tensor_cores=True)
 
 
 def test_strided_copy_tolerance():

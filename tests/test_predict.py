@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -167,3 +168,72 @@ def test_the_appendix_shows_the_validation_with_every_case_linked_to_its_source(
     for row in record["rows"]:
         assert f'#{published.figure_anchor(row["key"])}"' in page
     assert "Held out (" in page and "The constants, each stated once" in page
+
+
+# --------------------------------------------------------------------------- one home for predictions
+
+OLD_COST_MODULES = ("roofline", "layer_cost", "optimizer_cost", "collective_costs", "parallel_costs")
+DATASHEET_CALLS = re.compile(r"datasheet_(ceiling|bandwidth|seconds|matmul)\(|compute_ceiling\(|gpu_bandwidth\(")
+
+
+def _predicted_calls(code: str) -> list[str]:
+    """The text of every ``gpu_view.predicted(...)`` call in ``code``, parentheses balanced."""
+    calls = []
+    for match in re.finditer(r"gpu_view\.predicted\(", code):
+        depth, i = 1, match.end()
+        while depth and i < len(code):
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        calls.append(code[match.start():i])
+    return calls
+
+
+def _value_argument(call: str) -> str:
+    """The second argument of a ``gpu_view.predicted(quantity, value, ...)`` call: the predicted number (the
+    datasheet may stand beside it in the ``model`` text)."""
+    args, depth, start = [], 0, call.index("(") + 1
+    for i, ch in enumerate(call[start:], start):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if (ch == "," and depth == 0) or depth < 0:
+            args.append(call[start:i])
+            start = i + 1
+        if depth < 0:
+            break
+    return args[1] if len(args) > 1 else ""
+
+
+def test_predictions_have_one_home():
+    """Issue 29: the older cost modules live inside ``gpuformer_lib.predict`` (no top-level module of their
+    names), no notebook imports one from the top level, and no predicted row of a GPU view is computed from a
+    datasheet roof (those are shown beside predictions, never as them)."""
+    import json
+
+    from gpuformer_lib.tools.notebooks import REPO_ROOT
+
+    library = REPO_ROOT / "gpuformer_lib"
+    assert not [m for m in OLD_COST_MODULES if (library / f"{m}.py").exists()]
+    assert all((library / "predict" / f"{m}.py").exists() for m in OLD_COST_MODULES)
+    found = []
+    for path in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                         if c["cell_type"] == "code")
+        for m in OLD_COST_MODULES:
+            if re.search(rf"from gpuformer_lib import [^\n]*\b{m}\b|gpuformer_lib\.{m}\b", code):
+                found.append(f"{path.name} imports {m} from outside gpuformer_lib.predict")
+        found += [f"{path.name}: a predicted row from a datasheet roof: {call[:120]}"
+                  for call in _predicted_calls(code) if DATASHEET_CALLS.search(_value_argument(call))]
+    assert not found, "\n".join(found)
+
+
+def test_the_one_home_check_sees_a_datasheet_row():
+    code = 'rows.append(gpu_view.predicted("x", roofline.datasheet_ceiling("T4", dt, tensor_cores=True) / 1e12,'\
+           ' "TFLOP/s", gpu="T4", model="peak"))\nother(1)'
+    calls = _predicted_calls(code)
+    assert len(calls) == 1 and calls[0].endswith('model="peak")') and DATASHEET_CALLS.search(
+        _value_argument(calls[0]))
+    beside = 'gpu_view.predicted("x", rate / 1e12, "TFLOP/s", model=f"datasheet {roofline.datasheet_bandwidth(g)}")'
+    assert _value_argument(beside).strip() == "rate / 1e12" and not DATASHEET_CALLS.search(_value_argument(beside))
+    assert not DATASHEET_CALLS.search('gpu_view.predicted("x", predict.achievable_rate("T4", "fp16")[0], "x")')

@@ -249,10 +249,22 @@ def test_case_plan_and_predictions():
     assert rehearsal.budget_tokens < cpu.budget_tokens < gpu.budget_tokens and len(gpu.seeds) == 3
     with pytest.raises(ValueError):
         P.case_plan(PROFILES["cpu"], "cpu")
-    rows = P.predicted_steps(1e12, 0.5, "H100 SXM", torch.bfloat16)
-    assert rows[0][1] == pytest.approx(2 * rows[1][1])  # packing removes half the slots
-    assert [r for r, _ in rows][-1] == "+ bf16 autocast" and rows[-1][1] < rows[2][1]
-    assert len(P.predicted_steps(1e12, 0.5, "T4", torch.float16)) == 3  # no TF32 on a T4
+    cfg = P.lm_config(512, 6, 8, 1024)
+    rows = P.predicted_steps(cfg, 32, 1024, 0.5, "H100 SXM", torch.bfloat16)
+    assert [r for r, _ in rows] == ["baseline (fp32, padded batches)", "+ packed rows", "+ TF32 matmuls",
+                                    "+ bf16 autocast"]
+    # the predictor's own steps: 32 padded windows, then the same residues in 16 full ones
+    from gpuformer_lib import predict
+    assert rows[1][1].seconds == predict.predict_step(predict.training_work(cfg, tokens=16 * 1024, seq_len=1024,
+                                                                            fmt="fp32"), "H100 SXM").seconds
+    # a compute-bound fp32 step halves with half the windows, a little less (launches and the optimizer stay)
+    assert rows[0][1].bound == "compute" and 1.3 < rows[0][1].seconds / rows[1][1].seconds < 2
+    assert P.packing_gain(rows, 32, 0.5) == pytest.approx(rows[0][1].seconds / rows[1][1].seconds)
+    assert rows[2][1].seconds < rows[1][1].seconds  # TF32 tensor cores
+    assert [r for r, _ in P.predicted_steps(cfg, 32, 1024, 0.5, "T4", torch.float16)][-1] == "+ fp16 autocast"
+    assert len(P.predicted_steps(cfg, 32, 1024, 0.5, "T4", torch.float16)) == 3  # no TF32 on a T4
+    with pytest.raises(ValueError, match="padded slots"):
+        P.predicted_steps(cfg, 32, 1024, 1.0, "T4", torch.float16)
     assert P.bottleneck({"attention": 1.0, "matrix products": 3.0}) == (("matrix products",), 0.75)
     tie = P.bottleneck({"element-wise, norms, copies": 47.3, "matrix products": 47.7, "optimizer": 5.0})
     assert tie[0] == ("matrix products", "element-wise, norms, copies") and tie[1] == pytest.approx(0.477)

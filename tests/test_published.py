@@ -96,7 +96,7 @@ def test_view_rows_are_labelled_and_impossible_values_refused():
         gpu_view.predicted("copy", 320.0, "GB/s", gpu="T4", model="datasheet bandwidth"),
     ])
     text = str(view)
-    assert "measured" in text and "predicted" in text and "T4 (datasheet)" in text
+    assert "measured" in text and "predicted" in text and "T4 (course predictor)" in text
     assert "<table" in view._repr_html_() and "published" in view._repr_html_()
     assert view.value("copy", "predicted", "T4") == 320.0
     with pytest.raises(bench.ImpossibleValueError):

@@ -29,6 +29,14 @@ kernels it launches on a GPU, from the kernel census of a GPT-2 step on an H100 
 reads launch none; a layer norm's backward two; an embedding's backward a sort of 19); the optimizer's
 foreach and fused kernels are counted as ``multi_tensor_apply`` launches them, from the real parameter sizes.
 
+Smaller pieces from the same constants: :func:`kernel_time` (one kernel alone: its FLOPs at the achievable
+rate of its units or its bytes at the achievable bandwidth), :func:`step_work` (the work of a step of any
+model, counted from a run of it on the CPU, for models :func:`training_work`'s rules do not describe) and
+:func:`host_link_bandwidth` (the PCIe link's own ceiling). Beside the predictor in this package:
+``predict.roofline`` (the roofline model and a GPU's datasheet roofs, shown beside predictions, never as
+them) and the costs built from these pieces (``layer_cost``, ``optimizer_cost``, ``collective_costs``,
+``parallel_costs``).
+
 :func:`validate` sets the predictor against published measurements from the registry (``VALIDATION_CASES``,
 fixed before the constants were) and the course's own committed GPU runs; ``python -m gpuformer_lib.predict
 validate`` prints the table and its summary line.
@@ -54,8 +62,10 @@ import torch
 from gpuformer_lib import bench, gpu_results, gpu_view
 from gpuformer_lib.published import figure
 
-FORMATS = ("fp32", "tf32", "fp16", "bf16")
-"""The formats a matrix product runs in: float32 on CUDA cores, TF32, float16 or bfloat16 on tensor cores."""
+FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+"""The formats a matrix product runs in: float32 on CUDA cores, TF32, float16, bfloat16 or FP8 (e4m3/e5m2) on
+tensor cores. FP8 is a product format only: a training step's byte rules (:func:`training_work`) know 16-bit
+autocast, not FP8 training's scaling kernels."""
 
 
 def format_of(dtype) -> str:
@@ -127,7 +137,14 @@ def _course_measured() -> dict[str, dict[str, float]]:
 def datasheet_rate(gpu: str, fmt: str) -> float:
     """The datasheet's dense peak of ``gpu`` (a name of ``bench.known_gpus()``) in ``fmt``, FLOP/s."""
     peak = gpu_view.datasheet(gpu)
-    value = {"fp32": peak.fp32, "tf32": peak.tf32, "fp16": peak.fp16, "bf16": peak.bf16}[_format(fmt)]
+    if _format(fmt) == "fp8":
+        from gpuformer_lib.fp8 import FP8_DENSE_PEAK_TFLOPS
+
+        if peak.name not in FP8_DENSE_PEAK_TFLOPS:
+            raise ValueError(f"the course's table has no FP8 peak for the {peak.name} (FP8 tensor cores need "
+                             f"compute capability 8.9 or 9.0); known: {', '.join(FP8_DENSE_PEAK_TFLOPS)}")
+        return FP8_DENSE_PEAK_TFLOPS[peak.name] * 1e12
+    value = {"fp32": peak.fp32, "tf32": peak.tf32, "fp16": peak.fp16, "bf16": peak.bf16}[fmt]
     if value is None:
         raise ValueError(f"the {peak.name} has no {fmt} tensor cores: predict its products in "
                          f"{'fp16' if fmt == 'bf16' else 'fp32'}")
@@ -176,6 +193,36 @@ def achievable_bandwidth(gpu: str) -> tuple[float, str]:
         return measured, "the course's 1 GiB copy on this GPU (ch01.copy_bandwidth)"
     fraction = _fractions()[1]
     return fraction * gpu_view.datasheet(gpu).memory_bandwidth_gbs * 1e9, f"{fraction:.0%} of the datasheet bandwidth"
+
+
+def kernel_time(flops: float, nbytes: float, gpu: str, fmt: str, *, matrix: bool) -> tuple[float, str]:
+    """The GPU time of one kernel alone and what sets it, ``(seconds, 'compute' | 'memory')``: its FLOPs at
+    the achievable rate of its units (a matrix product's: :func:`achievable_rate` in ``fmt``; an element-wise
+    or row-wise kernel's: the float32 rate of the CUDA cores, whatever it stores) or its bytes at
+    :func:`achievable_bandwidth`, whichever is longer: the roofline at the rates a GPU reaches, not its
+    datasheet's. Issuing the kernel is left out (:func:`predict_step` adds the launches of a whole step)."""
+    for name, value in (("flops", flops), ("nbytes", nbytes)):
+        if isinstance(value, bool) or not 0 <= value < math.inf:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    rate, _ = achievable_rate(gpu, fmt if matrix else "fp32")
+    compute, memory = flops / rate, nbytes / achievable_bandwidth(gpu)[0]
+    return max(compute, memory), ("compute" if compute >= memory else "memory")
+
+
+PCIE_LINKS = {"T4": ("PCIe 3.0 x16", 8e9), "H100 SXM": ("PCIe 5.0 x16", 32e9)}
+"""The host link of the course's two prediction GPUs and its transfers per second per lane (the PCIe
+specification's 8 GT/s for 3.0, 32 GT/s for 5.0)."""
+
+
+def host_link_bandwidth(gpu: str) -> tuple[float, str]:
+    """The host-to-GPU link's rate in one direction (bytes/s) and the link: 16 lanes x transfers per second
+    x 128/130 encoding / 8 bits. No achievable fraction: the course measured none it could set apart from
+    the host's memory, so this is the link's own ceiling (chapter 7 measures a copy against it)."""
+    name = gpu_view.datasheet(gpu).name
+    if name not in PCIE_LINKS:
+        raise ValueError(f"the predictor knows the host link of {', '.join(PCIE_LINKS)}, not {name!r}")
+    link, rate = PCIE_LINKS[name]
+    return 16 * rate * 128 / 130 / 8, link
 
 
 @functools.lru_cache(maxsize=None)
@@ -426,6 +473,56 @@ def dispatched_operators(fn: Callable[[], object]) -> dict[str, int]:
     return dict(counter.counts)
 
 
+def step_work(fn: Callable[[], object], *, fmt: str, execution: str = "eager",
+              optimizer_numels: Sequence[int] = (), optimizer: str | None = "foreach") -> Work:
+    """The :class:`Work` of one step of any model, counted from a real run of it: ``fn()`` runs the step's
+    forward, loss and backward on the CPU in float32 at the size to predict, and every operator it dispatches
+    is counted as a GPU would run it: its kernels (:func:`kernels_of`), its FLOPs (``FlopCounterMode``), and
+    the bytes of the tensors it reads and writes (views and other no-kernel operators none). The matrix
+    products' bytes count apart, in ``fmt`` (halved for fp16/bf16: autocast's casts are not counted);
+    every other kernel's bytes stay float32. AdamW's kernels and bytes follow :func:`optimizer_work` for
+    ``optimizer_numels`` (the parameter tensors' sizes). For a model :func:`training_work`'s rules do not
+    describe (chapter 15's PatchTST); a step of the course's ``DecoderLM`` takes :func:`training_work`."""
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _format(fmt)
+    totals = collections.Counter()
+
+    def nbytes(tree) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+
+    class _Bytes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.__name__.split(".")[0]
+            if name not in NO_KERNEL:
+                moved = nbytes((args, kwargs)) + nbytes(out)
+                totals["matrix" if name in MATRIX_OPERATORS or name in ATTENTION_OPERATORS else "other"] += moved
+            return out
+
+    flops = FlopCounterMode(display=False)
+    operators: dict[str, int] = {}
+
+    def counted():
+        with flops, _Bytes():
+            fn()
+
+    operators = dispatched_operators(counted)
+    kernels = kernels_of(operators)
+    scale = ACTIVATION_BYTES[fmt] / 4
+    other = totals["other"]
+    if optimizer is not None and optimizer_numels:
+        opt = optimizer_work(optimizer_numels, optimizer)
+        kernels += opt.kernels
+        other += opt.other_bytes
+    return Work(matrix_flops=float(flops.get_total_flops()), matrix_bytes=totals["matrix"] * scale,
+                other_bytes=float(other), kernels=kernels, fmt=fmt, execution=execution)
+
+
 @functools.lru_cache(maxsize=64)
 def parameter_sizes(config, encoder_decoder: bool = False) -> tuple[int, ...]:
     """The sizes of the parameter tensors of the course's ``DecoderLM`` (or, with ``encoder_decoder``, its
@@ -506,7 +603,7 @@ def count_kernels(config, *, batch_size: int = 2, seq_len: int = 8, src_len: int
 # --------------------------------------------------------------------------- what a step asks of a GPU
 
 
-ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+ACTIVATION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -623,7 +720,9 @@ def training_work(config, *, tokens: int, seq_len: int, fmt: str, execution: str
     """
     from gpuformer_lib.model import transformer_flops
 
-    _format(fmt)
+    if _format(fmt) == "fp8":
+        raise ValueError("the predictor has no byte rules for FP8 training (its scaling and cast kernels): "
+                         "predict FP8 products alone with kernel_time")
     if tokens % seq_len:
         raise ValueError(f"tokens ({tokens}) must be a whole number of sequences of {seq_len}")
     batch = tokens // seq_len

@@ -1,5 +1,6 @@
-"""The cost of a Transformer step: matrix-product FLOPs at the tensor-core roof plus element-wise bytes at
-the bandwidth roof, and the measurements a page sets beside that prediction.
+"""The cost of a Transformer step: matrix-product FLOPs at the rate products achieve plus element-wise bytes
+at the bandwidth a copy achieves, against the host's launches (the course's predictor), and the measurements
+a page sets beside that prediction.
 
 A layer's work falls into two kinds (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1
 count the first; Korthikanti et al. 2022 and the Ultra-Scale Playbook discuss the second):
@@ -7,7 +8,7 @@ count the first; Korthikanti et al. 2022 and the Ultra-Scale Playbook discuss th
 - **matrix products** (the Q, K, V and output projections, the feed-forward block, the scores and the
   weighted sum): per token and layer, forward, 8 C^2 + 4 C d_ff + 4 T C FLOPs, i.e. 24 C^2 + 4 T C when
   d_ff = 4 C (``model.transformer_flops``); training is 3x the forward, about 6 N per token for a model
-  of N parameters plus the attention term. They are compute-bound: their time is FLOPs / tensor-core roof.
+  of N parameters plus the attention term. They are compute-bound: their time is FLOPs / the achievable tensor-core rate.
 - **element-wise and row-wise kernels** (LayerNorm, the residual adds, the activation, softmax inside
   fused attention's reads of q, k, v): few FLOPs per byte, so memory-bound: their time is bytes / bandwidth.
 
