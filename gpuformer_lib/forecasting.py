@@ -804,6 +804,25 @@ def step_prediction(config: PatchConfig, batch_size: int, gpu: str, dtype: torch
     return predict.predict_step(work, gpu)
 
 
+def gpu_step_verdict(config: PatchConfig, batch_size: int, gpu_name: str, measured_s: float) -> str:
+    """Chapter 15's words for a page run on a GPU: the float32 step the course's predictor gives this GPU
+    (:func:`step_prediction`) beside the step the page measured, or why there is none (a GPU the datasheet
+    table does not know)."""
+    from gpuformer_lib import gpu_view
+
+    if not measured_s > 0:
+        raise ValueError(f"measured_s must be a time > 0, got {measured_s!r}")
+    try:
+        name = gpu_view.datasheet(gpu_name).name
+    except ValueError:
+        return (f"this GPU ({gpu_name}) is not in the course's datasheet table, so the predictor has no step for it; "
+                f"its measured baseline step is {measured_s * 1e3:.2f} ms")
+    here = step_prediction(config, batch_size, name, torch.float32)
+    return (f"on this GPU the float32 step is predicted at {here.seconds * 1e3:.2f} ms ({here.bound}-bound, the "
+            f"course's predictor) and measured at {measured_s * 1e3:.2f} ms; a CPU is the right device for this "
+            "model where its step is shorter than that")
+
+
 def top_level_operators(events, steps: int) -> float:
     """Operator calls per step that are not inside another ``aten::`` operator, from a profile's raw events
     (``prof.events()``, which keep their parents): ``aten::linear`` counts once, not again for the ``aten::t``

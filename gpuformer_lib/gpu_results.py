@@ -92,8 +92,8 @@ screen; on a phone each quantity a card whose numbers each name their device; wo
 kinds' colours brightened on the book's dark theme."""
 
 RATIO_HINT = ("Predictions are the course's predictor's estimates (chapter 10, section 10.8), validated against "
-              "published GPU runs in the appendix of GPU measurements: a measured / predicted ratio within its "
-              "validated error is agreement; a larger gap is the lesson.")
+              "published GPU runs in the appendix of GPU measurements: a measurement within that validated error of "
+              "its prediction is agreement; a larger gap is the lesson.")
 
 SPEC_ATTRIBUTE = "data-gpuview"
 END_MARK = "<!-- /gpuview -->"

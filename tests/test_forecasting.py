@@ -330,3 +330,13 @@ def test_returns_train_mse_of_a_silent_model_is_no_change():
     got, none = fc.returns_train_mse(model, prepared)
     y = prepared.parts["X"]["train"][2]
     assert none == pytest.approx(np.mean(y ** 2)) and got == pytest.approx(none)
+
+
+def test_gpu_step_verdict_names_the_prediction_or_why_there_is_none():
+    config = fc.PatchConfig(patch_len=16, stride=8, d_model=32, n_heads=4, n_layers=2, d_ff=64)
+    words = fc.gpu_step_verdict(config, 64, "NVIDIA H100 80GB HBM3", 0.004)
+    predicted = fc.step_prediction(config, 64, "H100 SXM", torch.float32)
+    assert f"{predicted.seconds * 1e3:.2f} ms ({predicted.bound}-bound" in words and "4.00 ms" in words
+    assert "not in the course's datasheet table" in fc.gpu_step_verdict(config, 64, "Radeon 7900", 0.004)
+    with pytest.raises(ValueError, match="measured_s"):
+        fc.gpu_step_verdict(config, 64, "T4", 0.0)
