@@ -529,7 +529,7 @@ def appendix_html(results: Mapping[str, dict] | None, specs: Sequence[tuple[str,
         return "<p class='gv-status'>No GPU measurement has been committed yet.</p>"
     out = ["<h2>Measured against predicted</h2>",
            "<p>Every quantity a chapter's GPU view links to a suite item, on every committed device, with the "
-           "prediction for the same GPU: the page's own (for a T4 and an H100 SXM, from datasheet figures; the "
+           "prediction for the same GPU: the page's own (the course's predictor, for a T4 and an H100 SXM; the "
            "NVIDIA H100 80GB HBM3 is an H100 SXM), else the one the suite recorded beside its measurement where it "
            "records one. " + esc(RATIO_HINT) + "</p>",
            STYLE, '<div class="gv-appendix-block"><div class="gpuview-scroll"><table class="gv-appendix"><thead><tr>'

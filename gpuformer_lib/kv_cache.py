@@ -362,13 +362,13 @@ def predicted_heads_loop_vs_batch(batch: int, n_heads: int, seq_len: int, head_s
     (thread blocks) than the GPU has SMs uses only that fraction of it. The loop runs H such sequences of
     kernels on 1/H of the data each, plus one kernel that stacks them. As in ``predict.predict_step``, the
     host issues the kernels while the GPU runs them: each way takes the larger of the GPU's time and the
-    host's, kernels x ``launch_seconds`` (default: the eager launch cost of the course's kernel census,
-    ``predict.launch_seconds()['eager']``).
+    host's, kernels x ``launch_seconds`` (default: what one eager operation outside autograd costs the host,
+    ``predict.launch_seconds()['eager-op']``, measured on an H100).
     """
     from gpuformer_lib import gpu_view, predict
 
     if launch_seconds is None:
-        launch_seconds = predict.launch_seconds()["eager"]
+        launch_seconds = predict.launch_seconds()["eager-op"]
     item = torch.empty((), dtype=dtype).element_size()
     fmt = predict.format_of(dtype)
     sms = SM_COUNT[gpu_view.datasheet(gpu).name]

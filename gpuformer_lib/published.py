@@ -1,7 +1,7 @@
 """Published GPU figures: numbers the course did not measure, each with the source it was read from.
 
 The book shows three kinds of GPU number, labelled: *measured* on the device that ran the page,
-*predicted* by the course's own models from datasheet figures (``gpu_view``), and *published*, which
+*predicted* by the course's predictor (``predict``), and *published*, which
 live here. A figure enters the registry only from a source its author opened and read: with the
 number and its unit, the hardware, the software versions where the source gives them, the source's URL
 and title, the table or figure it comes from, and a short verbatim quote that contains the number.
@@ -10,7 +10,7 @@ and title, the table or figure it comes from, and a short verbatim quote that co
 
 The entries themselves are in :mod:`gpuformer_lib.published_figures`, one tuple per topic.
 
-Leaves out: the course's predictions (``gpu_view``) and the datasheet peak table (``bench.known_gpus``).
+Leaves out: the course's predictions (``predict``) and the datasheet peak table (``bench.known_gpus``).
 """
 
 from __future__ import annotations

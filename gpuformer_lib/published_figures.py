@@ -47,33 +47,34 @@ HARDWARE = (
       url="https://github.com/stas00/ml-engineering/blob/b9e29720eebd4aa946fa9678975385efbc90a777/compute/accelerator/README.md",
       title="Stas Bekman, Machine Learning Engineering Open Book: Accelerators",
       where="TFLOPS comparison table (theoretical peak, w/o sparsity; columns fp32, tf32, fp16, bf16, fp8, int8); "
-            "a secondary source restating NVIDIA's datasheet, the same figure the prediction uses",
+            "a secondary source restating NVIDIA's datasheet, the same figure the course's datasheet table uses",
       quote="| NVIDIA H100 SXM       |  67.0 |  494.5 |  989 |  989 | 1979 | 1979 |", chapters=(1,),
       note="Secondary source (a book restating NVIDIA's datasheet; no NVIDIA primary source was found in the "
-           "searchable corpora). It is the input of the course's prediction (bench.known_gpus uses 989.4), so it "
-           "checks that input, not the model. NVIDIA's own H100 page prints 1,979 TFLOPS for BF16, a figure with "
+           "searchable corpora). It is the course's datasheet figure (bench.known_gpus uses 989.4), shown beside "
+           "predictions, which use the measured rate below; it checks that figure, not the predictor. NVIDIA's own H100 page prints 1,979 TFLOPS for BF16, a figure with "
            "2:4 sparsity; dense is half."),
     F(key="h100-sxm-fp32-peak", value=67.0, unit="TFLOPS", quantity="float32 peak on CUDA cores (no tensor cores)",
       hardware="NVIDIA H100 SXM", software="not stated (a datasheet figure)",
       url="https://github.com/stas00/ml-engineering/blob/b9e29720eebd4aa946fa9678975385efbc90a777/compute/accelerator/README.md",
       title="Stas Bekman, Machine Learning Engineering Open Book: Accelerators",
       where="TFLOPS comparison table (theoretical peak, w/o sparsity), fp32 column; a secondary source restating "
-            "NVIDIA's datasheet, the same figure the prediction uses",
+            "NVIDIA's datasheet, the same figure the course's datasheet table uses",
       quote="| NVIDIA H100 SXM       |  67.0 |  494.5 |  989 |  989 | 1979 | 1979 |", chapters=(1,),
       note="Secondary source (a book restating NVIDIA's datasheet; no NVIDIA primary source was found in the "
-           "searchable corpora), and the input of the course's prediction, so it checks that input, not the model. "
-           "The roof of element-wise and row-wise kernels (softmax, layer norm, GELU, adds), which do not run on "
+           "searchable corpora), and the course's datasheet figure, shown beside predictions (an H100's predicted "
+           "rate is the course's own measured one); it checks that figure, not the predictor. The roof of element-wise and row-wise kernels (softmax, layer norm, GELU, adds), which do not run on "
            "tensor cores."),
     F(key="h100-sxm-hbm-bandwidth", value=3.35, unit="TB/s", quantity="HBM3 memory bandwidth (datasheet peak)",
       hardware="NVIDIA H100 SXM", software="not stated (a datasheet figure)",
       url="https://github.com/stas00/ml-engineering/blob/b9e29720eebd4aa946fa9678975385efbc90a777/compute/accelerator/README.md",
       title="Stas Bekman, Machine Learning Engineering Open Book: Accelerators",
       where="Accelerator memory size and speed; a secondary source restating NVIDIA's datasheet, the same figure "
-            "the prediction uses",
+            "the course's datasheet table uses",
       quote="For example, A100-SXM comes with HBM2 at 1.6TBps, and H100-SXM comes with HBM3 at 3.35TBps",
       chapters=(1,),
       note="Secondary source (a book restating NVIDIA's datasheet; no NVIDIA primary source was found in the "
-           "searchable corpora), and the input of the course's prediction, so it checks that input, not the model."),
+           "searchable corpora), and the course's datasheet figure, shown beside predictions (an H100's predicted "
+           "bandwidth is the course's own measured copy); it checks that figure, not the predictor."),
     F(key="h100-sxm-bf16-matmul-measured", value=794.5, unit="TFLOPS",
       quantity="measured BF16 matrix-product rate (maximum achievable matmul FLOPS, best shape of a search)",
       hardware="NVIDIA H100 SXM", software="torch 2.7.0+cu126",
@@ -91,11 +92,12 @@ HARDWARE = (
       title="PC Watch: NVIDIA、AI学習モデルの推論処理に特化した「Tesla T4」 (report of NVIDIA's GTC Japan 2018 "
             "announcement)",
       where="caption of the announcement slide on the Tensor Cores' precisions; a secondary source (a press report), "
-            "the same figure the prediction uses",
+            "the same figure the course's datasheet table uses",
       quote="FP16での演算性能は65TFLOPSで、INT8で秒間130兆回オペレーション、INT4で秒間260兆オペレーション",
       chapters=(1,),
       note="Secondary source: a press report of NVIDIA's announcement, not the datasheet (no NVIDIA primary source "
-           "was found in the searchable corpora); the course's datasheet table uses 65, so it checks that input. "
+           "was found in the searchable corpora); the course's datasheet table uses 65 (a T4's predicted rate is a "
+           "measured share of it), so it checks that figure. "
            "The T4 has no bf16 tensor cores (compute capability 7.5)."),
 )
 

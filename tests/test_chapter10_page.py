@@ -44,7 +44,9 @@ def test_interpretations_are_glued_not_typed(cells):
     mfu, hfu = float(glued["ckpt_mfu"].rstrip("%")), float(glued["ckpt_hfu"].rstrip("%"))
     share = float(glued["recompute_share"].rstrip("%")) / 100
     assert 0 < share < 1 / 3  # the output layer is not recomputed
-    assert hfu == pytest.approx(mfu * (1 + share), abs=0.11)
+    # the glued values are rounded (MFU and HFU to 0.1 point, the share to a whole percent): the tolerance is
+    # what those roundings can add up to, whatever the measured MFU is
+    assert hfu == pytest.approx(mfu * (1 + share), abs=0.05 + 0.05 * (1 + share) + mfu * 0.005 + 1e-9)
     sync = float(glued["sync_cost"].rstrip("x"))
     assert ("no measurable cost" in glued["sync_words"]) == (sync <= 1.3)
 

@@ -20,7 +20,7 @@ def nb():
 def test_no_claim_that_chapter_1_measured_a_gpu(nb):
     md = pages.text(nb["cells"], "markdown")
     assert "Chapter 1 measured it" not in md
-    assert "predicted ratios" in md and "{glue:text}`h100_16bit_ratio`" in md
+    assert "ratios of datasheet peaks" in md and "not measurements" in md and "{glue:text}`h100_16bit_ratio`" in md
 
 
 def test_autocast_demo_uses_16_bit_inputs_and_says_the_lists_differ(nb):

@@ -299,8 +299,8 @@ def test_step_prediction_counts_the_real_step_and_the_allreduce_prediction():
     fp32 = fc.step_prediction(config, 64, "H100 SXM", torch.float32)
     bf16 = fc.step_prediction(config, 64, "H100 SXM", torch.bfloat16)
     work = fc._step_work(config, 64)
-    # the FLOPs counted from the real step agree with the closed form to 10 % (the counter prices attention's
-    # backward at 2.5x its forward, the closed form every backward at 2x)
+    # the FLOPs counted from the real step agree with the closed form to 10 % (fused attention's backward is
+    # counted at 2.5x its forward, FlashAttention's count; the closed form prices every backward at 2x)
     assert work.matrix_flops == pytest.approx(fc.patch_flops(config, 64), rel=0.1)
     # every kernel of a small eager step is issued by the host: launches x the census's per-kernel cost
     assert fp32.host_s == pytest.approx(work.kernels * predict.launch_seconds()["eager"])

@@ -530,15 +530,16 @@ def training_step(ctx: Context) -> None:
         if mem is not None:
             ctx.value(f"{name}_peak_memory", mem, "B", "torch.cuda.max_memory_allocated during one step, minus "
                       "the weights and inputs allocated before it")
-        if not S:  # the roofline prediction covers a decoder-only model
+        if not S:  # the predictor's layer_cost covers a decoder-only model
             try:
                 pred = layer_cost.step_time_prediction(cfg, B, T, dtype, gpu_name)
             except ValueError as error:
                 ctx.note(f"no prediction for {gpu_name}: {error}")
             else:
                 ctx.value(f"{name}_predicted_s", pred.seconds, "s",
-                          f"layer_cost.step_time_prediction for {pred.gpu}: matrix FLOPs at the tensor-core roof + "
-                          "element-wise bytes at the bandwidth roof (a lower bound: no launches)")
+                          f"layer_cost.step_time_prediction for {pred.gpu}: the course's predictor (matrix FLOPs "
+                          "at the achievable rate, element-wise bytes at the achievable bandwidth, against the "
+                          "host's launches)")
                 ctx.value(f"{name}_measured_over_predicted", entry["median"] / pred.seconds, "x",
                           "median step seconds / the prediction above")
         del model, ids_tgt, ids_src, step

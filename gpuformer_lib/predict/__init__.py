@@ -18,7 +18,7 @@ host queues kernels ahead of the GPU):
 The constants come from datasheets and microbenchmarks, each stated once (:func:`constants`), never from the
 validation cases: the achievable matrix rate is a published MAMF measurement ("maximum achievable matmul
 FLOPS") where one exists, else the course's own best square matrix product on that GPU (chapter 1's suite item),
-else one stated fraction of the datasheet peak (:data:`ACHIEVABLE_FRACTION`, the median of those measured over
+else one stated fraction of the datasheet peak (``_fractions``: the median of those measured over
 datasheet); the achievable bandwidth is the course's measured copy bandwidth, else the stated fraction of
 the datasheet; the per-kernel cost of an eager step is the kernel census's launch floor
 (``scripts/kernel_census.py``: a real GPT-2 step at sizes where the host sets the time).
@@ -77,10 +77,12 @@ def format_of(dtype) -> str:
     return formats[dtype]
 
 
-EXECUTIONS = ("eager", "compiled", "cuda-graphs", "hand-written", "graph")
-"""How a step's kernels are issued: eager PyTorch, ``torch.compile`` (Inductor, no CUDA graphs), a compiled step
-replayed as a CUDA graph, hand-written CUDA (llm.c), or a framework's graph executor (TensorFlow 1: eager's
-unfused kernels, issued from C++ at a bare launch's cost)."""
+EXECUTIONS = ("eager", "eager-op", "compiled", "cuda-graphs", "hand-written", "graph")
+"""How a step's kernels are issued: eager PyTorch in a training step (autograd and autocast on the host's
+path), eager PyTorch operations outside autograd (``eager-op``: a kernel or an inference pass called from
+Python), ``torch.compile`` (Inductor, no CUDA graphs), a compiled step replayed as a CUDA graph, hand-written
+CUDA (llm.c), or a framework's graph executor (TensorFlow 1: eager's unfused kernels, issued from C++ at a bare
+launch's cost)."""
 FUSED = frozenset({"compiled", "cuda-graphs", "hand-written"})
 """Executions whose element-wise kernels are fused (each run of them reads its inputs and writes its output once)."""
 
@@ -231,7 +233,8 @@ def launch_seconds() -> dict[str, float]:
     batch 1 x 16-256 tokens, where the host sets the time: step time / kernels), the median of the fastest
     host's rows (the census machines' hosts differ; published runs are on dedicated hosts). ``compiled`` and
     ``hand-written``: a bare launch (back-to-back ``x.add_(1)``), on the
-    same machine (``ch00.sync_and_launch``). ``cuda-graphs``: the bare launch, once per step."""
+    same machine (``ch00.sync_and_launch``); ``eager-op``: the same measurement, which is what it times (one
+    eager operation outside autograd). ``cuda-graphs``: the bare launch, once per step."""
     per_machine = []
     for path in sorted((REPO_ROOT / "bench_results").glob(CENSUS_FILES)):
         census = json.loads(path.read_text())
@@ -243,7 +246,8 @@ def launch_seconds() -> dict[str, float]:
     eager, device = min(per_machine)
     bare = gpu_results.lookup((gpu_results.load_results() or {})[device]["items"]["ch00.sync_and_launch"],
                               "measurements.tiny_kernel_launch")
-    return {"eager": eager, "compiled": bare, "hand-written": bare, "cuda-graphs": bare, "graph": bare}
+    return {"eager": eager, "eager-op": bare, "compiled": bare, "hand-written": bare, "cuda-graphs": bare,
+            "graph": bare}
 
 
 NCCL_PROTOCOLS = {
@@ -337,7 +341,7 @@ NO_KERNEL = frozenset({
     "select", "unsqueeze", "squeeze", "split", "split_with_sizes", "unbind", "chunk", "_reshape_alias",
     "reshape", "empty", "empty_like", "empty_strided", "lift_fresh", "_local_scalar_dense", "is_nonzero",
     "_record_function_enter_new", "_record_function_exit", "clone", "slice_backward", "_to_copy_noop",
-    "scalar_tensor", "sym_size", "sym_stride", "sym_numel"})
+    "scalar_tensor", "sym_size", "sym_stride", "sym_numel", "unfold"})
 """Operators that launch no kernel on a GPU (the census: views, detaches, a host read of a scalar, profiler
 marks; ``clone`` and ``slice_backward`` of a contiguous tensor are copies the census saw none of)."""
 
@@ -477,50 +481,109 @@ def step_work(fn: Callable[[], object], *, fmt: str, execution: str = "eager",
               optimizer_numels: Sequence[int] = (), optimizer: str | None = "foreach") -> Work:
     """The :class:`Work` of one step of any model, counted from a real run of it: ``fn()`` runs the step's
     forward, loss and backward on the CPU in float32 at the size to predict, and every operator it dispatches
-    is counted as a GPU would run it: its kernels (:func:`kernels_of`), its FLOPs (``FlopCounterMode``), and
-    the bytes of the tensors it reads and writes (views and other no-kernel operators none). The matrix
-    products' bytes count apart, in ``fmt`` (halved for fp16/bf16: autocast's casts are not counted);
-    every other kernel's bytes stay float32. AdamW's kernels and bytes follow :func:`optimizer_work` for
+    is counted as a GPU would run it: its kernels (:data:`NO_KERNEL`, :data:`KERNELS_PER_OPERATOR`), its FLOPs
+    (``FlopCounterMode``) and the bytes of the tensors it reads and writes. Two operators a CPU decomposes are
+    counted as a GPU runs them, fused: ``F.scaled_dot_product_attention`` (one kernel forward, reading q, k, v
+    and writing the output; three backward, reading q, k, v, the output and its gradient and writing three
+    gradients; FLOPs 4 x queries x keys x head size forward, 2.5 times that backward, halved when causal: the
+    CPU's explicit scores are not counted) and ``F.dropout`` (one kernel each way, a one-byte mask). The matrix
+    products' bytes count apart, in ``fmt`` (halved for fp16/bf16: autocast's casts are not counted); every
+    other kernel's bytes stay float32. AdamW's kernels and bytes follow :func:`optimizer_work` for
     ``optimizer_numels`` (the parameter tensors' sizes). For a model :func:`training_work`'s rules do not
     describe (chapter 15's PatchTST); a step of the course's ``DecoderLM`` takes :func:`training_work`."""
     import collections
 
-    from torch.utils._python_dispatch import TorchDispatchMode
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
     from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import FlopCounterMode
 
     _format(fmt)
-    totals = collections.Counter()
+    totals: collections.Counter = collections.Counter()  # bytes: "matrix", "other"; "fused_flops"
+    operators: collections.Counter = collections.Counter()
 
-    def nbytes(tree) -> int:
-        return sum(t.numel() * t.element_size() for t in tree_leaves(tree) if isinstance(t, torch.Tensor))
+    def nbytes(*trees) -> int:
+        return sum(t.numel() * t.element_size() for t in tree_leaves(trees) if isinstance(t, torch.Tensor))
 
-    class _Bytes(TorchDispatchMode):
+    class _Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             name = func.__name__.split(".")[0]
+            operators[name] += 1
             if name not in NO_KERNEL:
-                moved = nbytes((args, kwargs)) + nbytes(out)
-                totals["matrix" if name in MATRIX_OPERATORS or name in ATTENTION_OPERATORS else "other"] += moved
+                totals["matrix" if name in MATRIX_OPERATORS else "other"] += nbytes(args, kwargs, out)
             return out
 
+    attention, dropout = F.scaled_dot_product_attention, F.dropout
+
+    def fused(name: str, kernels_bytes: int, flops: float = 0.0, matrix: bool = False) -> None:
+        operators[name] += 1
+        totals["matrix" if matrix else "other"] += kernels_bytes
+        totals["fused_flops"] += flops
+
+    class _Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, options):
+            with _disable_current_modes():  # nothing inside is counted: the CPU's explicit path
+                out = attention(q, k, v, **options)
+            ctx.save_for_backward(q, k, v)
+            ctx.options = options
+            ctx.flops = 4 * q.numel() * k.shape[-2] / (2 if options.get("is_causal") else 1)
+            fused("sdpa_forward", nbytes(q, k, v, out), ctx.flops, matrix=True)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k, v = ctx.saved_tensors
+            with _disable_current_modes(), torch.enable_grad():
+                inputs = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
+                out = attention(*inputs, **ctx.options)
+                wanted = [t for t in inputs if t.requires_grad]
+                grads = iter(torch.autograd.grad(out, wanted, grad))
+            fused("sdpa_backward", nbytes(q, k, v, out, grad) + nbytes(q, k, v), 2.5 * ctx.flops, matrix=True)
+            return (*(next(grads) if t.requires_grad else None for t in inputs), None)
+
+    class _Dropout(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, p):
+            with _disable_current_modes():
+                mask = (torch.rand_like(x) >= p).to(x.dtype) / (1 - p)
+                out = x * mask
+            ctx.save_for_backward(mask)
+            fused("native_dropout", 2 * nbytes(x) + x.numel())  # read x, write the output and a byte mask
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            (mask,) = ctx.saved_tensors
+            with _disable_current_modes():
+                out = grad * mask
+            fused("native_dropout_backward", 2 * nbytes(grad) + grad.numel())
+            return out, None
+
+    def counted_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **rest):
+        return _Attention.apply(q, k, v, dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **rest))
+
+    def counted_dropout(x, p=0.5, training=True, inplace=False):
+        return _Dropout.apply(x, p) if training and p > 0 else x
+
     flops = FlopCounterMode(display=False)
-    operators: dict[str, int] = {}
-
-    def counted():
-        with flops, _Bytes():
+    F.scaled_dot_product_attention, F.dropout = counted_attention, counted_dropout
+    try:
+        with flops, _Count():
             fn()
-
-    operators = dispatched_operators(counted)
-    kernels = kernels_of(operators)
+    finally:
+        F.scaled_dot_product_attention, F.dropout = attention, dropout
+    kernels = kernels_of(dict(operators))
     scale = ACTIVATION_BYTES[fmt] / 4
     other = totals["other"]
     if optimizer is not None and optimizer_numels:
         opt = optimizer_work(optimizer_numels, optimizer)
         kernels += opt.kernels
         other += opt.other_bytes
-    return Work(matrix_flops=float(flops.get_total_flops()), matrix_bytes=totals["matrix"] * scale,
-                other_bytes=float(other), kernels=kernels, fmt=fmt, execution=execution)
+    return Work(matrix_flops=float(flops.get_total_flops()) + totals["fused_flops"],
+                matrix_bytes=totals["matrix"] * scale, other_bytes=float(other), kernels=kernels, fmt=fmt,
+                execution=execution)
 
 
 @functools.lru_cache(maxsize=64)
