@@ -450,7 +450,7 @@ def test_the_checks_log_says_when_an_answer_is_still_the_stubs_placeholder(tmp_p
 
 def test_every_check_records_its_result_whatever_path_it_takes():
     """A public check records through _safe_check; one that is not wrapped (a prediction, which lets a bad
-    measurement raise) may only return what records itself: grade_prediction's result, own_result's, an inner
+    measurement raise) may only return what records itself: grade_prediction's or grade_model's result, own_result's, an inner
     checker's. A check that returned a result of its own unrecorded (check_kv_cache_prediction's "predict a
     dict", check_padding_prediction's endless function) was graded "did not run"."""
     for path in (REPO_ROOT / "gpuformer_lib" / "exercises").glob("*.py"):
@@ -459,7 +459,7 @@ def test_every_check_records_its_result_whatever_path_it_takes():
                 continue
             if any(ast.unparse(d) == "_safe_check" for d in node.decorator_list):
                 continue
-            recorders = {"grade_prediction", "own_result"} | {f.name for f in node.body if isinstance(
+            recorders = {"grade_prediction", "grade_model", "own_result"} | {f.name for f in node.body if isinstance(
                 f, ast.FunctionDef) and any(ast.unparse(d) == "_safe_check" for d in f.decorator_list)}  # inner
             returns, todo = [], list(node.body)
             while todo:  # its own returns, not those of the functions it defines

@@ -78,10 +78,29 @@ def test_tp_bytes_prediction_check(capsys):
     assert "Forward and backward each" in capsys.readouterr().out
 
 
-def test_bubble_prediction_check(capsys):
-    assert check_bubble_prediction(20, 0.32, 2, 4)
-    assert check_bubble_prediction(20, 0.45, 2, 4)  # a loaded machine's run still grades the formula right
-    assert not check_bubble_prediction(90, 0.32, 2, 4)
-    assert "naive placement" in capsys.readouterr().out
-    assert not check_bubble_prediction(0.2, 0.32, 2, 4)  # a fraction where percent was asked
-    assert "not 0.2" in capsys.readouterr().out
+BUBBLE_ANSWERS = [  # p = 2 stages, m = 4 micro-batches: the formula's idle share is 1 / 5 = 20 %
+    (20, True, "the model gives 20"),
+    (20.4, True, "the model gives 20"),  # rounding
+    (50, False, "naive placement"),  # (p - 1) / p
+    (25, False, "divides the idle slots by the busy ones"),  # (p - 1) / m
+    (80, False, "the share each stage works"),  # m / (m + p - 1)
+    (0.2, False, "not 0.3"),  # the right fraction, not in percent
+    (90, False, "too high"),
+    (5, False, "too low"),
+]
+
+
+@pytest.mark.parametrize("answer, passes, words", BUBBLE_ANSWERS)
+def test_bubble_prediction_check_grades_the_model_and_names_each_mistake(capsys, answer, passes, words):
+    # the run's measurement is shown, never graded: a run that idled 45 % cannot pass the naive 50 %
+    for measured in (0.21, 0.45):
+        assert bool(check_bubble_prediction(answer, measured, 2, 4)) is passes
+        out = capsys.readouterr().out
+        assert words in out and f"{100 * measured:.3g} %" in out
+
+
+def test_grade_model_refuses_a_wrong_model_it_cannot_tell_from_the_right_one():
+    from gpuformer_lib.exercises.predictions import grade_model
+
+    with pytest.raises(ValueError, match="could not tell them apart"):
+        grade_model(20, 20.0, quantity="q", unit="%", wrong={"almost right": (20.5, "hint")}, rel=0.03)

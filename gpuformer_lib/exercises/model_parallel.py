@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from gpuformer_lib.exercises._core import CheckResult, _report, _safe_check, _try
-from gpuformer_lib.exercises.predictions import grade_prediction
+from gpuformer_lib.exercises.predictions import grade_model, grade_prediction
 
 
 def _order(value):
@@ -108,24 +108,33 @@ def check_tp_bytes_prediction(predicted, measured: float, rows: int, width: int,
 
 
 def check_bubble_prediction(predicted, measured: float, stages: int, micro_batches: int) -> CheckResult:
-    """Predict the share of a GPipe step each stage idles, in percent (20 for 20 %); ``measured`` is the
-    idle share (a fraction) the gloo run measured. Passes within a factor 2.5: the formula leaves out costs
-    that a small CPU run on shared cores pays (a step of m = 4 idles between the formula's 20 % and the
-    naive placement's 50 %, so the band holds the right answer on any load)."""
-    bubble = (stages - 1) / (micro_batches + stages - 1)
-    return grade_prediction(
-        predicted, 100 * measured, quantity=f"the idle share of a GPipe step (p = {stages}, m = {micro_batches})",
-        unit="%", within=2.5, measured_by="the run of section 12.1 measured",
-        too_high=(f"A stage idles p - 1 slots of m + p - 1: ({stages} - 1) / ({micro_batches} + {stages} - 1) = "
-                  f"{bubble:.0%}. (p - 1) / p = {(stages - 1) / stages:.0%} is the naive placement without "
-                  "micro-batches. (The answer is in percent: 20 for 20 %.)"),
-        too_low=(f"The fill-and-drain bubble is ({stages} - 1) / ({micro_batches} + {stages} - 1) = {bubble:.0%}; a "
-                 "much smaller prediction forgets that the last stage waits for the first micro-batch and the first "
-                 "stage for the last gradient. (The answer is in percent: 20 for 20 %, not 0.2.)"),
-        why_close=(f"The formula gives {bubble:.0%}"
-                   + ("; the run idles more because" if measured > 1.1 * bubble else
-                      ", and the run idles about as much; a run idles more when" if measured > 0.9 * bubble else
-                      "; the run idles less, which a clock read before the work finished would explain; a run "
-                      "normally idles more, as")
-                   + " every hand-over pays a message latency (chapter 11's alpha) and smaller micro-batches "
-                   "compute less efficiently, neither of which the formula counts."))
+    """Predict the share of a GPipe step each stage idles, in percent (30 for 30 %). Graded against the
+    fill-and-drain formula (p - 1) / (m + p - 1), within rounding; the usual mistakes get their own hints:
+    the naive placement's (p - 1) / p, the idle time over the busy time (p - 1) / m, the busy share
+    m / (m + p - 1), and a fraction where a percent was asked. ``measured`` (the idle share, a fraction, the
+    gloo run measured) is shown beside the model, not graded: on shared CPU cores a run idles more than the
+    formula, and its timing could pass a wrong model."""
+    p, m = stages, micro_batches
+    bubble = 100 * (p - 1) / (m + p - 1)
+    wrong = {
+        "the naive placement without micro-batches, (p - 1) / p": (
+            100 * (p - 1) / p, "With m micro-batches in flight the pipeline fills and drains once a step: a stage "
+                               "idles p - 1 slots of m + p - 1, not p - 1 of p."),
+        "idle time over busy time, (p - 1) / m": (
+            100 * (p - 1) / m, "That divides the idle slots by the busy ones; the share of the step divides them "
+                               "by all m + p - 1 slots."),
+        "the busy share, m / (m + p - 1)": (
+            100 * m / (m + p - 1), "That is the share each stage works; the question asks the share it idles."),
+        "the right share as a fraction, not in percent": (
+            bubble / 100, "The answer is in percent: 30 for 30 %, not 0.3."),
+    }
+    return grade_model(
+        predicted, bubble, quantity=f"the idle share of a GPipe step (p = {p}, m = {m})", unit="%",
+        wrong={k: v for k, v in wrong.items() if abs(v[0] / bubble - 1) > 0.1}, rel=0.03,
+        too_high=f"A stage idles p - 1 slots of m + p - 1: ({p} - 1) / ({m} + {p} - 1).",
+        too_low=("The fill-and-drain bubble: the last stage waits for the first micro-batch and the first stage for "
+                 "the last gradient, p - 1 slots of m + p - 1."),
+        measured=100 * measured, measured_by="The run of section 12.1 idled",
+        why_close=("A run idles more than the formula: every hand-over pays a message latency (chapter 11's alpha) "
+                   "and smaller micro-batches compute less efficiently, neither of which it counts."))
+

@@ -91,3 +91,49 @@ def _grade(predicted, measured: float, quantity: str, unit: str, within: float, 
     if ratio > within:
         return _report(False, f"{said} Too high by {ratio:.1f}x. {too_high}".strip())
     return _report(False, f"{said} Too low by {1 / ratio:.1f}x. {too_low}".strip())
+
+
+def grade_model(predicted, right: float, *, quantity: str, unit: str, wrong: dict[str, tuple[float, str]],
+                rel: float = 0.05, too_high: str = "", too_low: str = "", measured: float | None = None,
+                measured_by: str = "", why_close: str = "") -> CheckResult:
+    """Grade a predicted number against the model that gives it (``right``, from the formula), not against a
+    noisy measurement: a pass within ``rel`` of it (rounding). ``wrong`` maps a plausible mistake's name to
+    (the value that mistake gives, the hint that names it); a prediction within ``rel`` of one gets that hint,
+    even where the mistake's value is close to a measurement. ``measured`` (optional) is shown after the
+    grade, beside the model, never used to grade: the learner sees how far a real run sits from the model.
+    A miss that matches no known mistake gets ``too_high`` or ``too_low``."""
+    right = _positive("right", right)
+    rel = _positive("rel", rel)
+    for name, (value, hint) in wrong.items():
+        _positive(f"the value of the wrong model {name!r}", value)
+        if abs(value / right - 1) <= 2 * rel:
+            raise ValueError(f"the wrong model {name!r} gives {value:.4g}, within {2 * rel:.0%} of the right "
+                             f"{right:.4g}: the check could not tell them apart")
+    # the model and its mistakes are the notebook's: a bad one raised above; the learner's answer never does
+    return _grade_model(predicted, right, quantity, unit, wrong, rel, too_high, too_low, measured, measured_by,
+                        why_close)
+
+
+@_safe_check
+def _grade_model(predicted, right: float, quantity: str, unit: str, wrong: dict[str, tuple[float, str]],
+                 rel: float, too_high: str, too_low: str, measured: float | None, measured_by: str,
+                 why_close: str) -> CheckResult:
+    """:func:`grade_model`'s grading of the learner's answer, recorded under the calling check's name."""
+    value, hint = _number(predicted)
+    if hint:
+        return _report(False, f"Predict a number for {quantity} (in {unit}), not {_describe(predicted)}.")
+    if not math.isfinite(value) or value <= 0:
+        return _report(False, f"A {quantity} is a positive number of {unit}; you predicted {value!r}.")
+    seen = (f" ({measured_by} {measured:.3g} {unit}, shown beside the model, not graded.)"
+            if measured is not None else "")
+    if abs(value / right - 1) <= rel:
+        return _report(True, f"You predicted {value:.3g} {unit} for {quantity}: the model gives {right:.3g}."
+                             f"{seen} {why_close}".strip())
+    for name, (wrong_value, wrong_hint) in wrong.items():
+        if abs(value / wrong_value - 1) <= rel:
+            return _report(False, f"You predicted {value:.3g} {unit} for {quantity}, which is what {name} gives. "
+                                  f"{wrong_hint}{seen}")
+    side = too_high if value > right else too_low
+    return _report(False, f"You predicted {value:.3g} {unit} for {quantity}; that is "
+                          f"{'too high' if value > right else 'too low'} by "
+                          f"{max(value / right, right / value):.1f}x. {side}{seen}".strip())
