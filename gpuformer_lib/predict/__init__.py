@@ -48,6 +48,7 @@ bubbles, power and clock limits, and L2 reuse between kernels.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -412,6 +413,48 @@ def kernels_of(operators: dict[str, int]) -> int:
     return sum(n * (0 if name in NO_KERNEL else KERNELS_PER_OPERATOR.get(name, 1)) for name, n in operators.items())
 
 
+@contextlib.contextmanager
+def _fused_attention(on_forward: Callable[..., None], on_backward: Callable[..., None]):
+    """Within it, ``F.scaled_dot_product_attention`` runs as one fused operator, as a GPU runs it: the CPU's own
+    computation (with a mask or dropout, the explicit scores) runs with every dispatch mode switched off, so no
+    counter sees it, and ``on_forward(q, k, v, out, options)`` and ``on_backward(q, k, v, out, grad, options)``
+    are told of each call instead."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    original = F.scaled_dot_product_attention
+
+    class _Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, options):
+            with _disable_current_modes():
+                out = original(q, k, v, **options)
+            ctx.save_for_backward(q, k, v)
+            ctx.options = options
+            on_forward(q, k, v, out, options)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k, v = ctx.saved_tensors
+            with _disable_current_modes(), torch.enable_grad():
+                inputs = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
+                out = original(*inputs, **ctx.options)
+                wanted = [t for t in inputs if t.requires_grad]
+                grads = iter(torch.autograd.grad(out, wanted, grad))
+            on_backward(q, k, v, out, grad, ctx.options)
+            return (*(next(grads) if t.requires_grad else None for t in inputs), None)
+
+    def counted_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **rest):
+        return _Attention.apply(q, k, v, dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **rest))
+
+    F.scaled_dot_product_attention = counted_attention
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
 def dispatched_operators(fn: Callable[[], object]) -> dict[str, int]:
     """Run ``fn()`` and count the ATen operators it dispatches below autograd, by name (``aten.mm.default`` ->
     ``'mm'``). Build the model and its inputs outside ``fn``: only what ``fn`` runs is counted.
@@ -421,60 +464,19 @@ def dispatched_operators(fn: Callable[[], object]) -> dict[str, int]:
     dropout a CPU falls back to the explicit computation, where a GPU runs one fused kernel."""
     import collections
 
-    import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    class _Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.counts = collections.Counter()
-            self.paused = 0
+    counts: collections.Counter = collections.Counter()
 
+    class _Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not self.paused:
-                self.counts[func.__name__.split(".")[0]] += 1
+            counts[func.__name__.split(".")[0]] += 1
             return func(*args, **(kwargs or {}))
 
-    original = F.scaled_dot_product_attention
-    counter = _Count()
-
-    class _Attention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, options):
-            ctx.save_for_backward(q, k, v)
-            ctx.options = options
-            counter.counts["sdpa_forward"] += 1
-            counter.paused += 1
-            try:
-                return original(q, k, v, **options)
-            finally:
-                counter.paused -= 1
-
-        @staticmethod
-        def backward(ctx, grad):
-            counter.counts["sdpa_backward"] += 1
-            counter.paused += 1
-            try:
-                with torch.enable_grad():
-                    q, k, v = (t.detach().requires_grad_(t.requires_grad) for t in ctx.saved_tensors)
-                    out = original(q, k, v, **ctx.options)
-                    wanted = [t for t in (q, k, v) if t.requires_grad]
-                    grads = iter(torch.autograd.grad(out, wanted, grad))
-                    return (*(next(grads) if t.requires_grad else None for t in (q, k, v)), None)
-            finally:
-                counter.paused -= 1
-
-    def counted_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **rest):
-        options = dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **rest)
-        return _Attention.apply(q, k, v, options)
-
-    F.scaled_dot_product_attention = counted_attention
-    try:
-        with counter:
-            fn()
-    finally:
-        F.scaled_dot_product_attention = original
-    return dict(counter.counts)
+    with _fused_attention(lambda *call: counts.update(["sdpa_forward"]),
+                          lambda *call: counts.update(["sdpa_backward"])), _Count():
+        fn()
+    return dict(counts)
 
 
 def step_work(fn: Callable[[], object], *, fmt: str, execution: str = "eager",
@@ -514,34 +516,22 @@ def step_work(fn: Callable[[], object], *, fmt: str, execution: str = "eager",
                 totals["matrix" if name in MATRIX_OPERATORS else "other"] += nbytes(args, kwargs, out)
             return out
 
-    attention, dropout = F.scaled_dot_product_attention, F.dropout
+    dropout = F.dropout
 
-    def fused(name: str, kernels_bytes: int, flops: float = 0.0, matrix: bool = False) -> None:
+    def fused(name: str, moved: int, flops: float = 0.0, matrix: bool = False) -> None:
         operators[name] += 1
-        totals["matrix" if matrix else "other"] += kernels_bytes
+        totals["matrix" if matrix else "other"] += moved
         totals["fused_flops"] += flops
 
-    class _Attention(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, q, k, v, options):
-            with _disable_current_modes():  # nothing inside is counted: the CPU's explicit path
-                out = attention(q, k, v, **options)
-            ctx.save_for_backward(q, k, v)
-            ctx.options = options
-            ctx.flops = 4 * q.numel() * k.shape[-2] / (2 if options.get("is_causal") else 1)
-            fused("sdpa_forward", nbytes(q, k, v, out), ctx.flops, matrix=True)
-            return out
+    def attention_flops(q, k, options) -> float:  # 4 x queries x keys x head size, halved when causal
+        return 4 * q.numel() * k.shape[-2] / (2 if options.get("is_causal") else 1)
 
-        @staticmethod
-        def backward(ctx, grad):
-            q, k, v = ctx.saved_tensors
-            with _disable_current_modes(), torch.enable_grad():
-                inputs = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
-                out = attention(*inputs, **ctx.options)
-                wanted = [t for t in inputs if t.requires_grad]
-                grads = iter(torch.autograd.grad(out, wanted, grad))
-            fused("sdpa_backward", nbytes(q, k, v, out, grad) + nbytes(q, k, v), 2.5 * ctx.flops, matrix=True)
-            return (*(next(grads) if t.requires_grad else None for t in inputs), None)
+    def attention_forward(q, k, v, out, options) -> None:
+        fused("sdpa_forward", nbytes(q, k, v, out), attention_flops(q, k, options), matrix=True)
+
+    def attention_backward(q, k, v, out, grad, options) -> None:
+        fused("sdpa_backward", nbytes(q, k, v, out, grad) + nbytes(q, k, v), 2.5 * attention_flops(q, k, options),
+              matrix=True)
 
     class _Dropout(torch.autograd.Function):
         @staticmethod
@@ -561,19 +551,16 @@ def step_work(fn: Callable[[], object], *, fmt: str, execution: str = "eager",
             fused("native_dropout_backward", 2 * nbytes(grad) + grad.numel())
             return out, None
 
-    def counted_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **rest):
-        return _Attention.apply(q, k, v, dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **rest))
-
     def counted_dropout(x, p=0.5, training=True, inplace=False):
         return _Dropout.apply(x, p) if training and p > 0 else x
 
     flops = FlopCounterMode(display=False)
-    F.scaled_dot_product_attention, F.dropout = counted_attention, counted_dropout
+    F.dropout = counted_dropout
     try:
-        with flops, _Count():
+        with _fused_attention(attention_forward, attention_backward), flops, _Count():
             fn()
     finally:
-        F.scaled_dot_product_attention, F.dropout = attention, dropout
+        F.dropout = dropout
     kernels = kernels_of(dict(operators))
     scale = ACTIVATION_BYTES[fmt] / 4
     other = totals["other"]
