@@ -8,6 +8,8 @@ Covers:
 - a table of datasheet dense peaks for common NVIDIA GPUs, looked up by the detected GPU's name
   (:func:`lookup_gpu_peak`, :func:`peak_flops`), never one GPU hard-coded;
 - the roofline model (:func:`attainable_flops`) and speedup = time before / time after;
+- :func:`compare`, the one way a page times a comparison: interleaved rounds, the median and spread, and a
+  verdict ("faster", "slower", "no difference we can see") chosen by whether the gap exceeds the spread;
 - :func:`mfu`, model FLOPs per second over the peak (the FLOPs formula is ``model.transformer_flops``);
 - monitoring and profiling: :func:`nvml_sample` (utilisation, memory, power), :func:`profile_steps`
   (``torch.profiler`` with a schedule, writing a Perfetto trace), :func:`profile_table`,
@@ -142,6 +144,137 @@ def speedup(time_before: float, time_after: float) -> float:
     if not all(isinstance(t, numbers.Real) and 0 < t < math.inf for t in (time_before, time_after)):
         raise ValueError(f"times must be positive (and finite), got before={time_before}, after={time_after}")
     return time_before / time_after
+
+
+# --------------------------------------------------------------------------- comparing two ways of doing the work
+
+VERDICTS = ("faster", "slower", "no difference we can see")
+"""What :attr:`Comparison.verdict` can say of the candidate against the baseline."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Two (or more) ways of doing the same work, timed in interleaved rounds (:func:`compare`), one of them
+    judged against the baseline. Round ``i`` timed every candidate once, close together in time, so a change
+    in the machine's load between rounds meets them all alike; :attr:`ratios` are the rounds' speedups
+    (baseline's time / candidate's time, each from the same round) and the verdict reads them, not one run.
+
+    ``verdict`` is ``"faster"`` when at least three rounds in four found the candidate faster (the lower
+    quartile of :attr:`ratios` above 1) and its median speedup clears ``min_gap``; ``"slower"`` the other way;
+    otherwise ``"no difference we can see"``: the gap does not exceed the spread. A page's words about the
+    comparison come from :attr:`verdict` and :meth:`phrase`, never from the author's expectation."""
+
+    baseline: str
+    candidate: str
+    timings: dict[str, Timing]
+    """Every timed function's :class:`Timing` (seconds per call, one entry per round), by name."""
+    min_gap: float = 0.02
+
+    @property
+    def ratios(self) -> tuple[float, ...]:
+        """Speedup of each round: the baseline's time / the candidate's time in that round."""
+        return tuple(b / a for b, a in zip(self.timings[self.baseline].times, self.timings[self.candidate].times))
+
+    @property
+    def speedup(self) -> float:
+        """Median time of the baseline / median time of the candidate (above 1: the candidate is faster)."""
+        return speedup(self.timings[self.baseline].median, self.timings[self.candidate].median)
+
+    @property
+    def ratio_range(self) -> tuple[float, float]:
+        """The middle half of the rounds' speedups: (lower quartile, upper quartile)."""
+        ratios = sorted(self.ratios)
+        if len(ratios) < 2:
+            return ratios[0], ratios[0]
+        low, _, high = statistics.quantiles(ratios, n=4, method="inclusive")
+        return low, high
+
+    @property
+    def verdict(self) -> str:
+        low, high = self.ratio_range
+        if low > 1 and self.speedup > 1 + self.min_gap:
+            return "faster"
+        if high < 1 and self.speedup < 1 / (1 + self.min_gap):
+            return "slower"
+        return "no difference we can see"
+
+    @property
+    def factor(self) -> float:
+        """How many times faster (or slower) the candidate is, whichever way: always >= 1."""
+        return max(self.speedup, 1 / self.speedup)
+
+    def phrase(self) -> str:
+        """The verdict as a page says it: ``"1.32x faster than <baseline>"``, ``"1.25x slower than
+        <baseline>"`` or ``"no faster or slower than <baseline> that we can see (1.03x, within the spread)"``."""
+        if self.verdict == "no difference we can see":
+            return (f"no faster or slower than {self.baseline} that we can see "
+                    f"({self.speedup:.2f}x, within the spread of the rounds)")
+        return f"{self.factor:.2f}x {self.verdict} than {self.baseline}"
+
+    def __str__(self) -> str:
+        low, high = self.ratio_range
+        return (f"{self.candidate}: {self.phrase()} (median of {len(self.ratios)} interleaved rounds, "
+                f"{format_seconds(self.timings[self.candidate].median)} against "
+                f"{format_seconds(self.timings[self.baseline].median)}; middle half of the rounds' speedups "
+                f"{low:.2f}x-{high:.2f}x)")
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], *, device: torch.device | str | None = None,
+                     warmup: int = 2, repeats: int = 7, number: int = 1, max_repeats: int = 21,
+                     wide: float = 0.25, max_seconds: float | None = None) -> dict[str, Timing]:
+    """Time several functions of no arguments in interleaved rounds: ``warmup`` untimed calls of each, then
+    rounds in which each is timed once (``number`` calls), the order reversed every other round so that no
+    function always runs first. After ``repeats`` rounds (at least 5), more rounds are run, up to ``max_repeats``,
+    while some function's spread (:attr:`Timing.spread`) is over ``wide``; ``max_seconds`` stops adding rounds
+    (never below 5) once that much time has been spent. Synchronizes ``device`` around each timing."""
+    if not isinstance(fns, dict) or len(fns) < 2 or not all(callable(fn) for fn in fns.values()):
+        raise TypeError("time_interleaved times a dict of at least two functions of no arguments, by name")
+    for name, value, least in (("warmup", warmup, 0), ("repeats", repeats, 5), ("number", number, 1),
+                               ("max_repeats", max_repeats, repeats)):
+        _check_count(name, value, least)
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    synchronize(device)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    started = time.perf_counter()
+
+    def spread_is_wide() -> bool:
+        return any(Timing(tuple(t), warmup, number).spread > wide for t in times.values())
+
+    rounds = 0
+    while rounds < repeats or (rounds < max_repeats and spread_is_wide()):
+        if max_seconds is not None and rounds >= 5 and time.perf_counter() - started > max_seconds:
+            break
+        for name in (names if rounds % 2 == 0 else names[::-1]):
+            synchronize(device)
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fns[name]()
+            synchronize(device)
+            times[name].append((time.perf_counter() - t0) / number)
+        rounds += 1
+    return {name: Timing(times=tuple(t), warmup=warmup, number=number) for name, t in times.items()}
+
+
+def compare(fns: dict[str, Callable[[], object]], *, baseline: str | None = None, min_gap: float = 0.02,
+            **timing: Any) -> dict[str, Comparison]:
+    """The one way the course times a comparison: :func:`time_interleaved` on ``fns`` (the baseline, by
+    default the first, and one or more candidates), then a :class:`Comparison` of each candidate against the
+    baseline, by name. ``timing`` goes to :func:`time_interleaved` (``device``, ``warmup``, ``repeats``, ...).
+
+    >>> result = compare({"loop": slow, "vectorized": fast})["vectorized"]
+    >>> result.verdict, result.phrase()   # doctest: +SKIP
+    ('faster', '3.10x faster than loop')
+    """
+    baseline = next(iter(fns)) if baseline is None else baseline
+    if baseline not in fns:
+        raise ValueError(f"baseline {baseline!r} is not one of the timed functions {list(fns)}")
+    if not (isinstance(min_gap, numbers.Real) and 0 <= min_gap < 1):
+        raise ValueError(f"min_gap is a fraction in [0, 1), got {min_gap!r}")
+    timings = time_interleaved(fns, **timing)
+    return {name: Comparison(baseline, name, timings, float(min_gap)) for name in fns if name != baseline}
 
 
 # --------------------------------------------------------------------------- measured throughput
