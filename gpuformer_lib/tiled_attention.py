@@ -32,8 +32,11 @@ This module has:
   (:func:`explicit_attention_seconds`, :func:`fused_attention_seconds`, with :func:`fused_attention_bytes`:
   K and V re-read per query tile).
 
-Leaves out: the backward pass (FlashAttention recomputes the tiles from the saved log-sum-exp instead of
-storing the probabilities), dropout, arbitrary masks (only causal or none), and speed: the loops run in
+- :func:`tiled_attention_backward` and :class:`TiledAttentionFunction`: FlashAttention-2's backward, which
+  recomputes each tile's probabilities from the saved log-sum-exp instead of storing the T² of them, checked
+  against autograd (``tests/test_tiled_attention_backward.py``);
+
+Leaves out: dropout, arbitrary masks (only causal or none), and speed: the loops run in
 Python, one small matrix product per tile, so on a GPU this is slower than PyTorch's fused kernels, which
 do the same work inside one kernel with the tiles held in on-chip memory (Triton's tutorial 06 writes
 such a kernel).
@@ -104,14 +107,18 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 def tiled_attention(q: Tensor, k: Tensor, v: Tensor, *, block_q: int = 64, block_k: int = 64,
-                    is_causal: bool = False, scale: float | None = None) -> Tensor:
+                    is_causal: bool = False, scale: float | None = None,
+                    return_lse: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """softmax(q kᵀ · scale) v computed one (block_q, block_k) tile of scores at a time (forward only).
 
     q: (..., Tq, hs), k: (..., Tk, hs), v: (..., Tk, hv) -> (..., Tq, hv), in q's dtype. For each tile of
     queries the running maximum ``m``, running sum ``l`` and output accumulator ``acc`` (float32) are
     updated tile of keys by tile of keys (FlashAttention-2, Algorithm 1); the largest score tensor alive is
     one (..., block_q, block_k) tile. ``is_causal`` masks key j > query i (top-left aligned, as
-    ``F.scaled_dot_product_attention``) and skips key tiles that lie wholly above the diagonal."""
+    ``F.scaled_dot_product_attention``) and skips key tiles that lie wholly above the diagonal.
+
+    ``return_lse`` also returns the log-sum-exp of each query's scores, ``m + log(l)`` (..., Tq), in the working
+    precision: all that the backward pass (:func:`tiled_attention_backward`) keeps of the softmax."""
     _check_qkv(q, k, v)
     _check_block(block_q, "block_q")
     _check_block(block_k, "block_k")
@@ -120,6 +127,7 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, *, block_q: int = 64, block
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     work = torch.float64 if q.dtype == torch.float64 else torch.float32  # 16-bit inputs: accumulate in float32
     out = torch.empty(*lead, t_q, v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(*lead, t_q, dtype=work, device=q.device)
     for i0 in range(0, t_q, block_q):
         i1 = min(i0 + block_q, t_q)
         q_tile = q[..., i0:i1, :].to(work) * scale  # (..., bq, hs)
@@ -142,7 +150,82 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, *, block_q: int = 64, block
             acc = acc * alpha.unsqueeze(-1) + p @ v[..., j0:j1, :].to(work)  # (..., bq, bk) x (..., bk, hv)
             m = m_new
         out[..., i0:i1, :] = (acc / l.clamp_min(torch.finfo(work).tiny).unsqueeze(-1)).to(q.dtype)
-    return out
+        lse[..., i0:i1] = m + torch.log(l)
+    return (out, lse) if return_lse else out
+
+
+def tiled_attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, *,
+                             block_q: int = 64, block_k: int = 64, is_causal: bool = False,
+                             scale: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients (dq, dk, dv) of :func:`tiled_attention`, one tile of scores at a time, from what the
+    forward kept: its output and the log-sum-exp ``lse`` (``return_lse=True``), not the (Tq, Tk) probabilities.
+
+    FlashAttention-2's backward (Algorithm 2) in PyTorch. With S = q kᵀ · scale, P = softmax(S), O = P v and
+    the incoming gradient dO, the chain rule gives
+
+        dv = Pᵀ dO,    dP = dO vᵀ,    dS = P ∘ (dP − D),  D_i = Σ_j P_ij dP_ij = Σ_c dO_ic O_ic,
+        dq = dS k · scale,    dk = dSᵀ q · scale.
+
+    D is one number per query, computed once from dO and O (the second form), so that each tile needs only
+    its own P, **recomputed** from the tile's scores and the saved log-sum-exp, P = exp(S − lse): the
+    backward does the forward's score product again instead of storing the T² probabilities. The largest
+    score-sized tensor alive is one (..., block_q, block_k) tile. ``is_causal`` skips the tiles above the
+    diagonal, as the forward does. Accumulates in float32 (float64 for float64 inputs); returns q's dtype."""
+    _check_qkv(q, k, v)
+    _check_block(block_q, "block_q")
+    _check_block(block_k, "block_k")
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    if out.shape[-2:] != (t_q, v.shape[-1]) or grad_out.shape != out.shape or lse.shape != out.shape[:-1]:
+        raise ValueError(f"out {tuple(out.shape)}, grad_out {tuple(grad_out.shape)} and lse {tuple(lse.shape)} "
+                         f"must be the forward's output (..., {t_q}, {v.shape[-1]}), its gradient, and (..., {t_q})")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qw, kw, vw, dout = (t.to(work) for t in (q, k, v, grad_out))
+    lse = lse.to(work)
+    d = (dout * out.to(work)).sum(dim=-1)  # (..., Tq): D_i, one number per query
+    dq = torch.zeros(qw.shape, dtype=work, device=q.device)
+    dk = torch.zeros(torch.broadcast_shapes(kw.shape, (*dq.shape[:-2], *kw.shape[-2:])), dtype=work, device=q.device)
+    dv = torch.zeros(torch.broadcast_shapes(vw.shape, (*dq.shape[:-2], *vw.shape[-2:])), dtype=work, device=q.device)
+    for i0 in range(0, t_q, block_q):
+        i1 = min(i0 + block_q, t_q)
+        last_key = t_k if not is_causal else min(t_k, i1)
+        for j0 in range(0, last_key, block_k):
+            j1 = min(j0 + block_k, last_key)
+            s = (qw[..., i0:i1, :] * scale) @ kw[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk), recomputed
+            if is_causal and j1 - 1 > i0:
+                rows = torch.arange(i0, i1, device=q.device)[:, None]
+                cols = torch.arange(j0, j1, device=q.device)[None, :]
+                s = s.masked_fill(cols > rows, float("-inf"))
+            p = torch.exp(s - lse[..., i0:i1, None])  # the tile's probabilities, from the saved log-sum-exp
+            dv[..., j0:j1, :] += p.transpose(-2, -1) @ dout[..., i0:i1, :]
+            dp = dout[..., i0:i1, :] @ vw[..., j0:j1, :].transpose(-2, -1)  # (..., bq, bk)
+            ds = p * (dp - d[..., i0:i1, None])
+            dq[..., i0:i1, :] += (ds @ kw[..., j0:j1, :]) * scale
+            dk[..., j0:j1, :] += (ds.transpose(-2, -1) @ qw[..., i0:i1, :]) * scale
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+class TiledAttentionFunction(torch.autograd.Function):
+    """:func:`tiled_attention` as an autograd function whose backward is :func:`tiled_attention_backward`: it
+    saves q, k, v, the output and the log-sum-exp (O(T) per head beyond the inputs), never the probabilities.
+    ``TiledAttentionFunction.apply(q, k, v, block_q, block_k, is_causal, scale)``; k and v must have q's
+    leading shape (no broadcasting)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_q=64, block_k=64, is_causal=False, scale=None):
+        if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+            raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}: one leading shape")
+        out, lse = tiled_attention(q, k, v, block_q=block_q, block_k=block_k, is_causal=is_causal, scale=scale,
+                                   return_lse=True)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.settings = dict(block_q=block_q, block_k=block_k, is_causal=is_causal, scale=scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = tiled_attention_backward(q, k, v, out, lse, grad_out.contiguous(), **ctx.settings)
+        return dq, dk, dv, None, None, None, None
 
 
 def minimal_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
