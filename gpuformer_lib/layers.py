@@ -172,3 +172,66 @@ class LayerStack(nn.Module):
         for layer in self.layers:
             x = layer(x, *args, **kwargs)
         return self.norm(x)
+
+
+# --------------------------------------------------------------------------- what models since 2023 use instead
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation (Zhang and Sennrich, 2019, "Root Mean Square Layer Normalization"), which
+    Llama, Mistral and most models since use instead of LayerNorm:
+
+        y = x / sqrt(mean(x²) + eps) · g
+
+    LayerNorm subtracts the mean and adds a bias; RMSNorm does neither, so it reads the row once for one
+    statistic instead of two, and has C parameters instead of 2C. The sum of squares is taken in float32
+    for 16-bit inputs (a bfloat16 sum over 4,096 values loses the small ones), the result returned in x's
+    dtype. Same numbers as ``torch.nn.RMSNorm`` (``tests/test_layers_modern.py``)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        _check_positive_ints(d_model=d_model)
+        if not (isinstance(eps, (int, float)) and 0 < eps < 1):
+            raise ValueError(f"eps must be a small positive number, got {eps!r}")
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor) or not x.is_floating_point() or x.shape[-1] != self.weight.shape[0]:
+            raise ValueError(f"x must be a floating-point tensor (..., {self.weight.shape[0]}), got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+        work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        normed = work * torch.rsqrt(work.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (normed * self.weight.to(work.dtype)).to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """The gated feed-forward block of Llama and PaLM (Shazeer, 2020, "GLU Variants Improve Transformer"):
+
+        SwiGLU(x) = W2 (SiLU(W1 x) ∘ W3 x),    SiLU(z) = z · sigmoid(z)
+
+    Two projections up, one of them gating the other element by element, instead of one projection and a
+    ReLU or GELU. With three matrices instead of two, models keep the parameters (and FLOPs, 3·C·F against
+    2·C·F per token each way) of a d_ff-wide block by making the hidden width about 2/3 of it:
+    :meth:`matching_width` gives Llama's choice, 2/3 · d_ff rounded up to a multiple of ``multiple_of``. No
+    biases, as in Llama. Activation memory: it saves W1 x, W3 x and their gated product for the backward,
+    three F-wide tensors where a GELU block saves two."""
+
+    def __init__(self, d_model: int, d_hidden: int):
+        super().__init__()
+        _check_positive_ints(d_model=d_model, d_hidden=d_hidden)
+        self.w1 = nn.Linear(d_model, d_hidden, bias=False)  # to the SiLU
+        self.w3 = nn.Linear(d_model, d_hidden, bias=False)  # the gate's other side
+        self.w2 = nn.Linear(d_hidden, d_model, bias=False)  # back down
+
+    @staticmethod
+    def matching_width(d_ff: int, multiple_of: int = 256) -> int:
+        """The hidden width that gives a SwiGLU block about the parameters of a two-matrix block of width
+        ``d_ff``: 2/3 · d_ff, rounded up to a multiple of ``multiple_of`` (Llama's rule; 11,008 for d_ff =
+        4 · 4,096)."""
+        _check_positive_ints(d_ff=d_ff, multiple_of=multiple_of)
+        hidden = int(2 * d_ff / 3)
+        return multiple_of * math.ceil(hidden / multiple_of)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
