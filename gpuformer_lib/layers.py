@@ -9,6 +9,9 @@ Submodules are named as in ``torch.nn.TransformerEncoderLayer`` and ``Transforme
 (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1``..``norm3``), so their
 ``state_dict`` loads into these layers and the two can be compared number for number.
 
+Beside them, what models since Llama use instead: :class:`RMSNorm` (no mean, no bias) and :class:`SwiGLU` (a gated
+feed-forward block with three matrices), checked against PyTorch and their formulas.
+
 Leaves out: embeddings and the whole model (``model``).
 """
 
