@@ -20,7 +20,9 @@ Contents: :func:`grouped_attention` (the product written out without copying the
 ``n_kv_heads = n_heads`` one's ``state_dict`` loads into the other), :class:`LayerKVCache` and
 :class:`KVCache` (preallocated buffers, filled as tokens arrive), :class:`CachedDecoder` (a small
 decoder-only model that runs with or without a cache) and :func:`greedy_decode`; the cost models
-:func:`decode_step_bytes`, :func:`predicted_decode_seconds` and :func:`predicted_heads_loop_vs_batch`; and
+:func:`decode_step_bytes`, :func:`predicted_decode_seconds` and :func:`predicted_heads_loop_vs_batch`;
+decode intensity against the batch (:func:`decode_intensity`, :func:`cache_intensity`,
+:func:`compute_bound_batch`: batching amortises the weights, never the cache); and
 :func:`minimal_attention`, the explicit attention with nothing added (no input checks, no NaN guard, the
 mask built once by the caller) used to compare a loop over heads with one batched call like for like.
 
@@ -328,6 +330,83 @@ def predicted_decode_seconds(gpu: str, weight_bytes: float, cache_bytes: float) 
     from gpuformer_lib import predict
 
     return decode_step_bytes(weight_bytes, cache_bytes) / predict.achievable_bandwidth(gpu)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeIntensity:
+    """The work of one decoding step of ``batch`` sequences at ``context`` tokens each, with a KV cache."""
+
+    batch: int
+    flops: float
+    """2 per weight per sequence (the products) + 4 per cached key element per query head (q kᵀ and p v)."""
+    weight_bytes: float
+    """Every weight read once per step, however many sequences share it."""
+    cache_bytes: float
+    """Every sequence's own cached keys and values, read once per step."""
+
+    @property
+    def nbytes(self) -> float:
+        return self.weight_bytes + self.cache_bytes
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte read: the x of the roofline."""
+        return self.flops / self.nbytes
+
+
+def decode_intensity(matrix_params: int, *, batch: int, context: int, n_layers: int, n_heads: int,
+                     n_kv_heads: int, head_size: int, itemsize: int = 2) -> DecodeIntensity:
+    """FLOPs, bytes and arithmetic intensity of one cached decoding step against the batch size.
+
+    ``matrix_params`` are the weights of the matrix products (not embeddings or norms). Batching reads each
+    weight once for all ``batch`` sequences, so the weights' share of the intensity grows as 2·batch/itemsize;
+    but each sequence reads its own cache, whose share stays at 2·(n_heads / n_kv_heads) / itemsize FLOP per
+    byte whatever the batch (:func:`cache_intensity`): at long contexts decoding stays memory-bound however
+    large the batch, unless the heads share their keys (GQA, MQA). Checked against ``FlopCounterMode`` on a
+    :class:`CachedDecoder` (``tests/test_decode_intensity.py``)."""
+    for name, value in (("matrix_params", matrix_params), ("batch", batch), ("n_layers", n_layers),
+                        ("n_heads", n_heads), ("n_kv_heads", n_kv_heads), ("head_size", head_size),
+                        ("itemsize", itemsize)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise ValueError(f"context must be an int >= 0, got {context!r}")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
+    flops = 2 * matrix_params * batch + 4 * batch * n_layers * context * n_heads * head_size
+    cache = 2 * batch * n_layers * context * n_kv_heads * head_size * itemsize
+    return DecodeIntensity(batch, float(flops), float(matrix_params * itemsize), float(cache))
+
+
+def cache_intensity(n_heads: int, n_kv_heads: int, itemsize: int = 2) -> float:
+    """FLOPs per byte of reading the KV cache in a decoding step: each cached key (and value) element, of
+    ``itemsize`` bytes, meets 2 FLOPs for each of the n_heads / n_kv_heads query heads that share it. The
+    intensity decoding tends to as the batch grows at a fixed context (1.0 for multi-head attention in bf16)."""
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
+    return 2 * (n_heads // n_kv_heads) / itemsize
+
+
+def compute_bound_batch(gpu: str, fmt: str, matrix_params: int, *, context: int, n_layers: int, n_heads: int,
+                        n_kv_heads: int, head_size: int, itemsize: int = 2, max_batch: int = 1 << 16) -> int | None:
+    """The smallest batch at which a decoding step's intensity reaches ``gpu``'s ridge for matrix products in
+    ``fmt`` (the course's predictor: achievable rate / achievable bandwidth), or None if no batch up to
+    ``max_batch`` does (the cache's intensity, :func:`cache_intensity`, caps it below the ridge)."""
+    from gpuformer_lib import predict
+
+    ridge = predict.achievable_rate(gpu, fmt)[0] / predict.achievable_bandwidth(gpu)[0]
+    sizes = dict(context=context, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, head_size=head_size,
+                 itemsize=itemsize)
+    if decode_intensity(matrix_params, batch=max_batch, **sizes).intensity < ridge:
+        return None
+    low, high = 1, max_batch  # intensity grows with the batch: bisect for the first batch at the ridge
+    while low < high:
+        middle = (low + high) // 2
+        if decode_intensity(matrix_params, batch=middle, **sizes).intensity >= ridge:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 SM_COUNT = {"T4": 40, "H100 SXM": 132}
