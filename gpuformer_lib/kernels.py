@@ -2,7 +2,8 @@
 started from.
 
 Covers: vector add (with the tail masked), a strided copy (for coalescing), a row-wise fused
-softmax, a tiled matrix product (``tl.dot``), and a grid-stride ``add`` in CUDA C compiled with
+softmax, a tiled matrix product (``tl.dot``) and its grouped-order variant (:func:`grouped_matmul`, with the
+order written out in Python, :func:`grouped_tile_order`, and its cache working set, :func:`wave_working_set`), and a grid-stride ``add`` in CUDA C compiled with
 ``torch.utils.cpp_extension.load_inline``; and :func:`kernel_support`, which says whether they can
 run compiled, interpreted, or not at all, and why.
 
@@ -190,6 +191,34 @@ if triton is not None:
         c_mask = (rm[:, None] < M) & (rn[None, :] < N)
         tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
+    @triton.jit
+    def grouped_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+        # a 1-D grid whose program ids walk the tiles of C in groups of GROUP_M rows of tiles, column by column
+        # inside a group (the mapping :func:`grouped_tile_order` writes out in Python), so programs that run at
+        # the same time share rows of A and columns of B in the L2 cache
+        pid = tl.program_id(axis=0)
+        tiles_m = tl.cdiv(M, BLOCK_M)
+        tiles_n = tl.cdiv(N, BLOCK_N)
+        in_group = GROUP_M * tiles_n
+        first_m = (pid // in_group) * GROUP_M
+        rows = tl.minimum(tiles_m - first_m, GROUP_M)  # the last group may be shorter
+        pid_m = first_m + (pid % in_group) % rows
+        pid_n = (pid % in_group) // rows
+        rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a_mask = (rm[:, None] < M) & (k0 + rk[None, :] < K)
+            b_mask = (k0 + rk[:, None] < K) & (rn[None, :] < N)
+            a = tl.load(a_ptr + rm[:, None] * stride_am + (k0 + rk[None, :]) * stride_ak, mask=a_mask, other=0.0)
+            b = tl.load(b_ptr + (k0 + rk[:, None]) * stride_bk + rn[None, :] * stride_bn, mask=b_mask, other=0.0)
+            acc += tl.dot(a, b)
+        c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+        tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
 
 def vector_add(x: torch.Tensor, y: torch.Tensor, block_size: int = 1024) -> torch.Tensor:
     """x + y with :func:`add_kernel`: one program per ``block_size`` elements."""
@@ -267,6 +296,60 @@ def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 6
     matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                         c.stride(0), c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                         num_warps=num_warps, num_stages=num_stages)
+    return c
+
+
+def grouped_tile_order(tiles_m: int, tiles_n: int, group_m: int) -> list[tuple[int, int]]:
+    """The (row, column) tile of C that each program id of :func:`grouped_matmul_kernel` computes, in program-id
+    order: the tiles in groups of ``group_m`` rows of tiles, each group walked column by column. ``group_m = 1``
+    is plain row-major order (program 0 takes (0, 0), program 1 (0, 1), ...). Written out here, from the same
+    arithmetic as the kernel, so the order can be drawn and its cache reuse counted without a GPU."""
+    for name, value in (("tiles_m", tiles_m), ("tiles_n", tiles_n), ("group_m", group_m)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    order = []
+    in_group = group_m * tiles_n
+    for pid in range(tiles_m * tiles_n):
+        first_m = (pid // in_group) * group_m
+        rows = min(tiles_m - first_m, group_m)
+        order.append((first_m + (pid % in_group) % rows, (pid % in_group) // rows))
+    return order
+
+
+def wave_working_set(order: list[tuple[int, int]], wave: int) -> list[int]:
+    """For each wave of ``wave`` programs running at once (the first ``wave`` ids of ``order``, then the next
+    ...), how many distinct row blocks of A plus column blocks of B its tiles read: the panels the L2 cache
+    must hold for the wave to reuse them. A wave of w programs in row-major order, on rows of tiles longer
+    than w, reads 1 or 2 row blocks and w column blocks; in grouped order with ``group_m`` = sqrt(w) it reads
+    sqrt(w) of each: 2·sqrt(w) panels instead of about w + 1 (``tests/test_kernels_grouped.py``)."""
+    if isinstance(wave, bool) or not isinstance(wave, int) or wave < 1:
+        raise ValueError(f"wave must be an int >= 1, got {wave!r}")
+    return [len({m for m, _ in order[i:i + wave]}) + len({n for _, n in order[i:i + wave]})
+            for i in range(0, len(order), wave)]
+
+
+def grouped_matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 64, block_k: int = 32,
+                   group_m: int = 8, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+    """:func:`matmul` with the tiles of C launched in grouped order (:func:`grouped_tile_order`), as Triton's
+    matmul tutorial does: the same result, different cache behaviour on a GPU (the GPU suite times both)."""
+    _check_tensors(a, b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"need (M, K) and (K, N) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"a and b need one dtype, got {a.dtype} and {b.dtype}")
+    _check_float("a", a)
+    for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+        _check_power_of_two(name, size, least=16)
+    _check_power_of_two("num_warps", num_warps)
+    if isinstance(group_m, bool) or not isinstance(group_m, int) or group_m < 1:
+        raise ValueError(f"group_m must be an int >= 1, got {group_m!r}")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
+    grouped_matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                c.stride(0), c.stride(1), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                                GROUP_M=group_m, num_warps=num_warps, num_stages=num_stages)
     return c
 
 

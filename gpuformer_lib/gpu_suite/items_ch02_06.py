@@ -194,6 +194,14 @@ def triton_kernels(ctx: Context) -> None:
                             warmup=warmup, repeats=repeats, number=number, share=share, work=flops, work_unit="FLOP")
         _rates(ctx, f"matmul_{label}", entry, flops, "FLOP", f"2 x {size}^3 FLOPs ({_dtype_name(mdtype)})")
         del out
+        if cfg[:3] == (64, 64, 32) and _time_for(ctx, "grouped matmul"):  # Triton's tutorial: tiles in L2 order
+            out = kernels.grouped_matmul(a, b, *cfg[:3], 8, *cfg[3:])
+            ctx.check_close(f"grouped matmul {label}", out, a @ b, atol=tol, rtol=2e-2)
+            del out
+            ctx.compare(f"matmul_{size}_{label}_grouped", ("triton matmul", lambda cfg=cfg: kernels.matmul(a, b, *cfg)),
+                        ("triton grouped matmul (group_m 8)",
+                         lambda cfg=cfg: kernels.grouped_matmul(a, b, *cfg[:3], 8, *cfg[3:])),
+                        warmup=warmup, repeats=repeats, number=number, share=share, work=flops, work_unit="FLOP")
 
     # strided copy: out[i] = x[(i * stride) % n]; stride 1 is coalesced, each stride >= 8 a 32-byte sector per
     # 4-byte float (strides 1, 2, 8 and 32 are three compilations: Triton specializes ints equal to 1 or
