@@ -2,8 +2,9 @@
 started from.
 
 Covers: vector add (with the tail masked), a strided copy (for coalescing), a row-wise fused
-softmax, a tiled matrix product (``tl.dot``) and its grouped-order variant (:func:`grouped_matmul`, with the
-order written out in Python, :func:`grouped_tile_order`, and its cache working set, :func:`wave_working_set`), and a grid-stride ``add`` in CUDA C compiled with
+softmax, a tiled matrix product (``tl.dot``) and its grouped-order variant (:func:`grouped_matmul`, with
+the order written out in Python, :func:`grouped_tile_order`, and its cache working set,
+:func:`wave_working_set`), and a grid-stride ``add`` in CUDA C compiled with
 ``torch.utils.cpp_extension.load_inline``; and :func:`kernel_support`, which says whether they can
 run compiled, interpreted, or not at all, and why.
 
