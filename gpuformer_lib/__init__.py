@@ -19,7 +19,7 @@ their imports, at any depth):
 5. Kernels, attention on a GPU and decoding: ``kernels``, ``tiled_attention``, ``kv_cache``,
    ``seq2seq_decoding``, ``mixed_precision``.
 6. Training and parallelism: ``train``, ``lr_search``, ``ladder``, ``prefetch``, ``context_parallel``,
-   ``sequence_parallel``, ``pipeline_orders``, ``pipeline_schedules``.
+   ``sequence_parallel``, ``pipeline_orders``, ``pipeline_schedules``, ``expert_parallel``.
 7. Case studies and after training: ``case_study``, ``translation_task``, ``proteins``, ``forecasting``,
    ``toolchain``, ``deploy``, ``compression``.
 8. The course's machinery: ``viz``, ``diagrams``, ``exercises``, ``gpu_suite``, ``tools``, ``workers``.

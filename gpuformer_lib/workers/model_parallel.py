@@ -8,7 +8,8 @@ Subcommands: gpipe (layers split over the ranks, micro-batches by hand: the bubb
 saved activations measured), pipelining (PyTorch's GPipe and 1F1B
 schedules against one process), tensor (Megatron's column and row splits by hand, and with
 parallelize_module), fsdp (FSDP2 fully_shard against one process, and memory per rank against the
-chapter 9 calculator), mesh (tensor parallel and FSDP2 on a 2 x 2 device mesh, 4 processes), two_ranks
+chapter 9 calculator), mesh (tensor parallel and FSDP2 on a 2 x 2 device mesh, 4 processes), experts (a
+mixture-of-experts layer with its experts split over the ranks, against one process), two_ranks
 (gpipe, pipelining, tensor and fsdp in one launch). Gloo on
 CPU processes, NCCL on GPUs (GPUFORMER_BACKEND). The commands that train with an optimizer (fsdp, mesh)
 step through ``speed.make_train_step``; the pipelines and tensor splits are written out by hand.
@@ -400,6 +401,45 @@ def mesh(env, device, width=64, rows=16, steps=3):
     report("mesh", {"weight_gap": worst.item(), "local_w1": list(local)})
 
 
+def experts(env, device, *, width=32, hidden=64, n_experts=4, top_k=2, rows=24):
+    """Expert parallelism: a top-k MoE layer with its experts split over the ranks (tokens sent to their
+    experts' ranks by an all-to-all and back), against the whole layer in one process: outputs, and the
+    gradients of the router and of this rank's experts. Also the rows each rank sent, and the bytes the
+    formula (``expert_parallel.alltoall_bytes``) gives for an even load."""
+    from gpuformer_lib.expert_parallel import MoE, ExpertParallelMoE, alltoall_bytes
+
+    torch.manual_seed(0)  # the same layer and tokens on every rank
+    full = MoE(width, hidden, n_experts, top_k).to(device)
+    x = torch.randn(rows, width, device=device)
+    ref, ref_aux = full(x)
+    ref.square().sum().backward()
+    ref_grads = {name: p.grad.clone() for name, p in full.named_parameters()}
+    full.zero_grad()
+    layer = ExpertParallelMoE(full)
+    per = rows // env.world_size
+    mine = slice(env.rank * per, (env.rank + 1) * per)
+    out, aux = layer(x[mine])
+    out.square().sum().backward()
+    router_grad = layer.router.weight.grad.clone()
+    dist.all_reduce(router_grad)  # the router is replicated: its gradient sums over the ranks' tokens
+    first = env.rank * layer.per_rank
+    gaps = {"output": (out - ref[mine]).abs().max().item(),
+            "router grad": (router_grad - ref_grads["router.weight"]).abs().max().item(),
+            "expert grads": max((p.grad - ref_grads[f"experts.{first + i}.{name}"]).abs().max().item()
+                                for i, expert in enumerate(layer.experts) for name, p in expert.named_parameters())}
+    worst = torch.tensor(list(gaps.values()), device=device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    sent = torch.tensor([layer.last_sent_rows], device=device)
+    dist.all_reduce(sent)
+    rank_print(f"experts {first}..{first + layer.per_rank - 1} here; sent {layer.last_sent_rows} of "
+               f"{per * top_k} (token, expert) rows to the other rank(s); output gap {gaps['output']:.1e}")
+    report("experts", {**dict(zip(gaps, worst.tolist())), "sent_rows_total": int(sent.item()),
+                       "rows_per_rank": per, "top_k": top_k, "width": width, "world_size": env.world_size,
+                       "even_load_bytes_per_rank": alltoall_bytes(per, width, top_k, env.world_size,
+                                                                  x.element_size()),
+                       "load_balancing_loss": aux.item()})
+
+
 def two_ranks(env, device):
     """Every two-rank experiment of the chapter in one launch (gpipe with pipeline_memory, pipelining,
     tensor, fsdp): the notebook pays for starting the processes once instead of four times."""
@@ -408,7 +448,7 @@ def two_ranks(env, device):
         dist.barrier()
 
 
-COMMANDS = {f.__name__: f for f in (gpipe, pipelining, tensor, fsdp, mesh, two_ranks)}
+COMMANDS = {f.__name__: f for f in (gpipe, pipelining, tensor, fsdp, mesh, experts, two_ranks)}
 
 if __name__ == "__main__":
     run_command(COMMANDS, "gpuformer_lib.workers.model_parallel")
