@@ -490,6 +490,95 @@ def peak_memory(ctx: Context) -> None:
                   "memory allocated before the step / the calculator's weights + AdamW state")
 
 
+def _fragmentation_child(spec_json: str) -> None:
+    """Run in a fresh process (its allocator settings come from PYTORCH_CUDA_ALLOC_CONF, read once at CUDA's
+    start): training steps of chapter 9's model at varying sequence lengths, then print one JSON line with the
+    CUDA allocator's peaks (allocated: what tensors held; reserved: what the caching allocator took from the
+    driver) and the reserved memory at the end. On a CPU the steps run and the peaks are null."""
+    import json
+    import os
+    import random
+
+    from gpuformer_lib.model import DecoderLM, TransformerConfig
+
+    spec = json.loads(spec_json)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    config = TransformerConfig(**spec["config"])
+    with device:
+        model = DecoderLM(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(0)
+    lengths = [rng.randint(config.max_len // 8, config.max_len) for _ in range(spec["steps"])]
+    for length in lengths:
+        ids = torch.randint(0, config.vocab_size, (spec["batch"], length + 1), device=device)
+        loss = F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        torch.cuda.synchronize()
+    print(json.dumps({"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "lengths": lengths,
+                      "peak_allocated": torch.cuda.max_memory_allocated() if on_gpu else None,
+                      "peak_reserved": torch.cuda.max_memory_reserved() if on_gpu else None,
+                      "reserved_end": torch.cuda.memory_reserved() if on_gpu else None}))
+
+
+@item(9, "fragmentation", cap_s=20, expect_s=12,
+      title="reserved against allocated memory over steps of varying length, with and without expandable_segments")
+def fragmentation(ctx: Context) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gpuformer_lib.memory import predicted_peak
+
+    _, _, ids, n_params, sizes = _chapter9_model(ctx)
+    config = dict(d_model=sizes["d_model"], n_heads=sizes["n_heads"], n_decoder_layers=sizes["n_layers"],
+                  d_ff=sizes["d_ff"], vocab_size=sizes["vocab_size"], max_len=sizes["seq_len"], dropout=0.0,
+                  activation="gelu", positional="learned", check_token_ids=False)
+    batch = max(1, ids.shape[0] // 2)
+    spec = json.dumps({"config": config, "batch": batch, "steps": ctx.size(4, 12)})
+    predicted = predicted_peak(n_params, batch_size=batch, **sizes)
+    ctx.value("predicted_peak_longest", predicted.peak / 2**20, "MiB",
+              f"memory.predicted_peak at the longest length, batch {batch} (the allocated peak it predicts)")
+    package_parent = str(Path(__file__).resolve().parents[2])
+    code = ("import sys; from gpuformer_lib.gpu_suite.items_ch07_10 import _fragmentation_child; "
+            "_fragmentation_child(sys.argv[1])")
+    for label, conf in (("default", ""), ("expandable", "expandable_segments:True")):
+        if ctx.seconds_left() < 6:
+            ctx.note(f"{label} allocator left out: the item's cap was nearly spent")
+            break
+        env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": conf, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p)}
+        if not _on_gpu(ctx):
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a rehearsal runs the child on the CPU
+        try:
+            done = subprocess.run([sys.executable, "-c", code, spec], env=env, capture_output=True, text=True,
+                                  timeout=max(1.0, ctx.seconds_left() - 1), stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            ctx.note(f"{label} allocator: the child process ran past the item's cap")
+            break
+        if done.returncode != 0:
+            raise SuiteError(f"the {label} allocator's child failed ({done.returncode}):\n{done.stderr[-1500:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        if result["peak_allocated"] is None:
+            ctx.note(f"{label} allocator: rehearsal on the CPU, {len(result['lengths'])} steps of varying length "
+                     "ran; no CUDA allocator to ask")
+            continue
+        ctx.value(f"{label}_peak_allocated", result["peak_allocated"] / 2**20, "MiB",
+                  "torch.cuda.max_memory_allocated over the steps of varying length")
+        ctx.value(f"{label}_peak_reserved", result["peak_reserved"] / 2**20, "MiB",
+                  "torch.cuda.max_memory_reserved: what the caching allocator held from the driver at its peak")
+        ctx.value(f"{label}_reserved_over_allocated", result["peak_reserved"] / result["peak_allocated"], "x",
+                  "peak reserved / peak allocated: the allocator's overhead (fragmentation, cached blocks)")
+        ctx.value(f"{label}_allocated_over_predicted", result["peak_allocated"] / predicted.peak, "x",
+                  "measured peak allocated / memory.predicted_peak at the longest length")
+
+
 @item(9, "accumulation_checkpointing", cap_s=12,
       title="time of gradient accumulation (4 micro-batches vs one batch) and of activation checkpointing; "
             "its peak memory")
