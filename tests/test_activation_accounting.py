@@ -252,17 +252,48 @@ def test_cuda_autocast_softmax_keeps_float32_scores():
     assert abs(predicted - saved.bytes) / saved.bytes < 0.03, (predicted, saved.bytes)
 
 
-def test_exercise_checks_grade_the_loss_peak_and_the_low_memory_loss():
+def test_exercise_checks_refuse_the_stubs():
+    """The right and wrong answers of these checks are in tests/answer_tables/memory.py; here, the stubs."""
     from gpuformer_lib.exercises.memory import check_loss_peak_prediction, check_low_memory_loss
 
-    logits = 4 * 32 * 2048
-    assert check_loss_peak_prediction(12 * logits, 12 * logits + 100)
-    assert not check_loss_peak_prediction(8 * logits, 12 * logits)  # forgot one of the three tensors
-    assert not check_loss_peak_prediction(None, 12 * logits)
-    assert check_low_memory_loss(lambda h, w, y: chunked_cross_entropy(h, w, y, chunk_rows=64))
-    assert not check_low_memory_loss(lambda h, w, y: F.cross_entropy(w(h).float(), y))  # right, but the same peak
+    assert not check_loss_peak_prediction(None, 12 * 4 * 32 * 2048)
 
     def unwritten(h, w, y):
         raise NotImplementedError
 
     assert not check_low_memory_loss(unwritten)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "explicit"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_layer_activation_bytes_counts_what_the_activation_keeps(activation, fused):
+    """The course's layer, measured: GELU keeps its input and its output (the next projection's input), two
+    F-wide tensors; ReLU (the layer's default) only its output, which is that same input. A model that counted
+    GELU's two for ReLU over-predicted the course's own layer by 24 % (fp32, explicit attention)."""
+    C, H, T, B = 64, 4, 32, 2
+
+    def measured(act):
+        torch.manual_seed(0)
+        layer = EncoderLayer(C, H, 4 * C, dropout=0.0, activation=act, causal=True, fused_attention=fused)
+        with SavedActivations(layer) as saved:
+            layer(torch.randn(B, T, C, requires_grad=True))
+        return saved.bytes
+
+    predicted = layer_activation_bytes(d_model=C, n_heads=H, seq_len=T, batch_size=B, fused_attention=fused,
+                                       activation=activation)
+    assert predicted == pytest.approx(measured(activation), rel=0.02)
+    # GELU keeps one float32 F-wide tensor more than ReLU, in the layer and in the model alike
+    gap = T * B * 4 * C * 4
+    assert measured("gelu") - measured("relu") == gap
+    assert predicted - layer_activation_bytes(d_model=C, n_heads=H, seq_len=T, batch_size=B, fused_attention=fused,
+                                              activation="relu" if activation == "gelu" else "gelu") == (
+        gap if activation == "gelu" else -gap)
+
+
+def test_layer_activation_bytes_names_the_activations_it_knows():
+    with pytest.raises(ValueError, match="relu"):
+        layer_activation_bytes(d_model=64, n_heads=4, seq_len=8, batch_size=1, activation="swiglu")
+    # a model's config carries it through training_memory: ReLU's layers keep F values a token less
+    sizes = dict(n_layers=2, d_model=64, n_heads=4, seq_len=32, batch_size=2, vocab_size=128)
+    assert (training_memory(0, **sizes).activations - training_memory(0, **sizes, activation="relu").activations
+            == 2 * 32 * 2 * 256 * 4)

@@ -138,14 +138,6 @@ def test_the_shipped_trace_is_a_labelled_cpu_trace_with_three_reads_per_step():
     assert not any(e.get("cat") == "kernel" for e in events)  # no GPU row: it is a CPU's trace
 
 
-def test_read_backs_exercise_check(capsys):
-    assert check_read_backs_per_step(lambda ev: bottlenecks.syncs_per_step(ev), SHIPPED_TRACE)
-    assert not check_read_backs_per_step(lambda ev: 6, SHIPPED_TRACE)
-    assert "twice" in capsys.readouterr().out
-    assert not check_read_backs_per_step(lambda ev: len(bottlenecks.host_syncs(ev)), SHIPPED_TRACE)
-    assert "whole trace" in capsys.readouterr().out
-
-
 def test_the_shipped_trace_is_found_when_the_kernel_runs_in_another_folder(tmp_path, monkeypatch):
     """Chapter 10 names traces/cpu-tiny-step.json relative to notebooks/; a kernel started elsewhere (an IDE,
     `jupyter lab` from the repository root) got a bare FileNotFoundError from load_trace and exercise 10.1."""

@@ -1,9 +1,9 @@
-"""The checks of the heads exercises: a right answer passes, each common wrong one gets its own hint."""
+"""The checks of the heads exercises beyond their tables of right and wrong answers (``tests/answer_tables/heads.py``)."""
 
 import pytest
 
 from gpuformer_lib.exercises.heads import (check_decode_speedup_prediction, check_gqa_parameters,
-                                           check_kv_cache_prediction)
+                                           check_kv_cache_prediction, decode_speedup_model)
 from gpuformer_lib.kv_cache import GroupedQueryAttention
 
 
@@ -26,55 +26,35 @@ def test_gqa_parameters_right_answer_matches_the_module():
         assert right(C, H, Hkv, bias) == sum(p.numel() for p in layer.parameters())
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda C, H, Hkv, b: 4 * C * C + (4 * C if b else 0), "that is MHA"),
-    (lambda C, H, Hkv, b: right(C, H, Hkv, False), "bias"),
-    (lambda C, H, Hkv, b: right(C, H, Hkv, b) - C * C - (C if b else 0), "output projection"),
-    (lambda C, H, Hkv, b: None, "None"),
-])
-def test_gqa_parameters_wrong_answers_get_hints(wrong, hint):
-    result = check_gqa_parameters(wrong)
-    assert not result and hint in result.message
-
-
 MEASURED = {"MHA": 1_000_000, "GQA-4": 500_000, "MQA": 125_000}
 
 
 def test_kv_cache_prediction():
+    """The answers of exercise 4.3 are in tests/answer_tables/heads.py; here, answers of the wrong shape."""
     assert check_kv_cache_prediction(dict(MEASURED), MEASURED)
-    doubled = {k: 2 * v for k, v in MEASURED.items()}
-    result = check_kv_cache_prediction(doubled, MEASURED)
-    assert not result and "2 bytes, not 4" in result.message
-    halved = {k: v / 2 for k, v in MEASURED.items()}
-    assert "a K and a V" in check_kv_cache_prediction(halved, MEASURED).message
     assert "missing: MQA" in check_kv_cache_prediction({"MHA": 1, "GQA-4": 1}, MEASURED).message
     assert not check_kv_cache_prediction(3, MEASURED)
     assert not check_kv_cache_prediction({"MHA": "big", "GQA-4": 1, "MQA": 1}, MEASURED)
 
 
-def test_decode_speedup_prediction():
-    assert check_decode_speedup_prediction(10, 8.0, context=128)
-    high = check_decode_speedup_prediction(128, 8.0, context=128)
-    assert not high and "fixed cost" in high.message
-    low = check_decode_speedup_prediction(1.5, 8.0, context=128)
-    assert not low and "recomputes" in low.message
-    upside_down = check_decode_speedup_prediction(0.1, 8.0, context=128)
-    assert not upside_down and "slower" in upside_down.message
+WORK_WITH, WORK_WITHOUT, COSTS = (8e6, 200, 1e5), (2e9, 150, 2e7), (1e11, 1e-9, 3e-6)
+
+
+def test_decode_speedup_prediction_shows_the_timing_beside_the_model_without_grading_it():
+    """The right and wrong answers of exercise 4.4 are in tests/answer_tables/heads.py."""
+    right = decode_speedup_model(WORK_WITH, WORK_WITHOUT, COSTS)
+    with_step = 8e6 / 1e11 + 1e5 * 1e-9 + 200 * 3e-6
+    assert right == pytest.approx((2e9 / 1e11 + 2e7 * 1e-9 + 150 * 3e-6) / with_step)
+    far = right * 10  # a timing far from the model: shown, never graded
+    result = check_decode_speedup_prediction(right, WORK_WITH, WORK_WITHOUT, COSTS, context=128, measured=far,
+                                             measured_by="the decoder measured")
+    assert result and f"the decoder measured {far:.3g}" in result.message and "not graded" in result.message
+    assert not check_decode_speedup_prediction(far, WORK_WITH, WORK_WITHOUT, COSTS, context=128, measured=far)
+
+
+@pytest.mark.parametrize("work_with, work_without, costs", [
+    ((8e6, 200), WORK_WITHOUT, COSTS), (WORK_WITH, WORK_WITHOUT, (1e11, 0.0, 3e-6)),
+    (WORK_WITH, (2e9, -1, 2e7), COSTS)])
+def test_decode_speedup_prediction_refuses_bad_author_input(work_with, work_without, costs):
     with pytest.raises(ValueError):
-        check_decode_speedup_prediction(2, -1.0, context=128)
-
-
-def test_decode_speedup_prediction_accepts_a_measuring_function():
-    calls = []
-
-    def measure():  # the first timing is disturbed (3x too fast a speedup), the second is not
-        calls.append(1)
-        return 40.0 if len(calls) == 1 else 8.0
-
-    result = check_decode_speedup_prediction(8, measure, context=128, measured_by="the decoder measured")
-    assert result and len(calls) == 2 and "closest of 2" in result.message and "the decoder measured" in result.message
-    calls.clear()
-    assert check_decode_speedup_prediction(10, lambda: calls.append(1) or 8.0, context=128) and len(calls) == 1
-    calls.clear()
-    miss = check_decode_speedup_prediction(128, lambda: calls.append(1) or 8.0, context=128)
-    assert not miss and len(calls) == 3 and "fixed cost" in miss.message
+        check_decode_speedup_prediction(2, work_with, work_without, costs, context=128)

@@ -1,5 +1,5 @@
-"""Chapter 12's cost models (gpuformer_lib.predict.parallel_costs) against counts done another way, and the
-prediction checks of its exercises."""
+"""Chapter 12's cost models (gpuformer_lib.predict.parallel_costs) against counts done another way. The
+prediction checks of its exercises are graded by their tables in tests/answer_tables/model_parallel.py."""
 
 import pytest
 import torch
@@ -7,7 +7,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpuformer_lib import published
 from gpuformer_lib.predict import parallel_costs as C
-from gpuformer_lib.exercises.model_parallel import check_bubble_prediction, check_tp_bytes_prediction
 from gpuformer_lib.memory import training_memory
 
 
@@ -68,35 +67,6 @@ def test_sizing_keeps_7b_data_parallel_and_needs_model_parallel_for_70b():
     assert seventy64.fits and seventy64.tp * seventy64.pp > 1 and seventy64.tp <= 8
     assert seventy64.tp * seventy64.pp * seventy64.dp == 64
     assert seventy64.total <= 0.8 * 80e9
-
-
-def test_tp_bytes_prediction_check(capsys):
-    assert check_tp_bytes_prediction(4096, 4096, 8, 64, 4)
-    assert not check_tp_bytes_prediction(4 * 4096, 4096, 8, 64, 4)
-    assert "hidden layer" in capsys.readouterr().out
-    assert not check_tp_bytes_prediction(2048, 4096, 8, 64, 4)
-    assert "Forward and backward each" in capsys.readouterr().out
-
-
-BUBBLE_ANSWERS = [  # p = 2 stages, m = 4 micro-batches: the formula's idle share is 1 / 5 = 20 %
-    (20, True, "the model gives 20"),
-    (20.4, True, "the model gives 20"),  # rounding
-    (50, False, "naive placement"),  # (p - 1) / p
-    (25, False, "divides the idle slots by the busy ones"),  # (p - 1) / m
-    (80, False, "the share each stage works"),  # m / (m + p - 1)
-    (0.2, False, "not 0.3"),  # the right fraction, not in percent
-    (90, False, "too high"),
-    (5, False, "too low"),
-]
-
-
-@pytest.mark.parametrize("answer, passes, words", BUBBLE_ANSWERS)
-def test_bubble_prediction_check_grades_the_model_and_names_each_mistake(capsys, answer, passes, words):
-    # the run's measurement is shown, never graded: a run that idled 45 % cannot pass the naive 50 %
-    for measured in (0.21, 0.45):
-        assert bool(check_bubble_prediction(answer, measured, 2, 4)) is passes
-        out = capsys.readouterr().out
-        assert words in out and f"{100 * measured:.3g} %" in out
 
 
 def test_grade_model_refuses_a_wrong_model_it_cannot_tell_from_the_right_one():

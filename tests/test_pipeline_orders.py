@@ -1,6 +1,6 @@
 """Hand-written pipeline orders (gpuformer_lib.pipeline_orders) in one process: GPipe and 1F1B give one
-process's gradients, 1F1B holds at most p micro-batches on stage 0 (counted and in saved bytes), a deadlock
-is named, and the chapter 12 exercise check passes the right order and explains the wrong ones."""
+process's gradients, 1F1B holds at most p micro-batches on stage 0 (counted and in saved bytes), and a deadlock
+is named. The chapter 12 exercise check's right and wrong orders are in tests/answer_tables/model_parallel.py."""
 
 import copy
 
@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 from gpuformer_lib import pipeline_orders as P
-from gpuformer_lib.exercises.model_parallel import check_one_f_one_b
 
 
 def _setup(p, width=16, n_blocks=4, rows=32):
@@ -71,24 +70,3 @@ def test_a_deadlock_and_a_malformed_order_are_named():
         P.check_order([("B", 0), ("F", 0)], 1)
     with pytest.raises(ValueError, match="never run their backward"):
         P.check_order([("F", 0), ("F", 1), ("B", 0)], 2)
-
-
-def test_exercise_check_passes_1f1b_and_explains_gpipe_and_deadlocks(capsys):
-    assert check_one_f_one_b(P.one_f_one_b_order)
-    assert not check_one_f_one_b(P.gpipe_order)
-    assert "GPipe's order" in capsys.readouterr().out
-
-    def serial(stage, stages, m):  # backward of i right after forward of i on every stage: no overlap
-        return [step for i in range(m) for step in (("F", i), ("B", i))]
-
-    assert not check_one_f_one_b(serial)
-    assert "naive placement" in capsys.readouterr().out
-
-    def crossed(stage, stages, m):  # the stages take the micro-batches in opposite orders: a deadlock
-        ids = range(m) if stage == 0 else reversed(range(m))
-        return [step for i in ids for step in (("F", i), ("B", i))]
-
-    assert not check_one_f_one_b(crossed)
-    assert "deadlock" in capsys.readouterr().out
-    assert not check_one_f_one_b(lambda s, p, m: [("F", i) for i in range(m)])
-    assert "never run their backward" in capsys.readouterr().out

@@ -89,19 +89,36 @@ def check_one_f_one_b(order_fn: Callable[[int, int, int], list]) -> CheckResult:
 
 def check_tp_bytes_prediction(predicted, measured: float, rows: int, width: int, element_bytes: int) -> CheckResult:
     """Predict the bytes a Megatron tensor-parallel MLP all-reduces in one forward and backward (each
-    message counted once, as the tensor handed to ``all_reduce``); ``measured`` is what the counting hook
-    recorded on gloo. Exact by construction: passes within 1 %."""
+    message counted once, as the tensor handed to ``all_reduce``): graded against the model, one (rows, C)
+    activation of ``element_bytes`` each way, 2 rows C element_bytes, within rounding. ``measured`` (what the
+    counting hook recorded on gloo) is shown beside the model, not graded. The usual mistakes get their own
+    hints: one direction only, the hidden layer (4C) communicated, elements or bits counted instead of bytes."""
+    if min(rows, width, element_bytes) <= 0:
+        raise ValueError(f"rows, width and element_bytes are positive, got {rows!r}, {width!r}, {element_bytes!r}")
     one = rows * width * element_bytes
-    return grade_prediction(
-        predicted, measured, quantity="bytes all-reduced by one tensor-parallel MLP, forward + backward", unit="B",
-        within=1.01, measured_by="the counting hook recorded on gloo",
-        too_high=(f"The hidden layer (4C wide) is never communicated: the column-parallel layer's output stays on "
-                  f"its rank. Only the MLP's output, (rows, C) = ({rows}, {width}) x {element_bytes} B = {one} B, is "
-                  "summed forward (g), and the input's gradient, the same shape, backward (f). The number of ranks "
-                  "does not change the message; a ring splits it into 2 (N - 1) pieces."),
+    shape = f"(rows, C) = ({rows}, {width}) x {element_bytes} B = {one} B"
+    wrong = {
+        "one direction only": (
+            one, "Forward and backward each all-reduce once: g sums the partial outputs forward, f sums the partial "
+                 f"gradients of the input backward (every rank used the whole input). Each message is {shape}."),
+        "the hidden layer (4C wide) communicated": (
+            2 * 4 * one, "The hidden layer (4C wide) is never communicated: the column-parallel layer's output stays "
+                         f"on its rank. Only the MLP's output, {shape}, is summed forward (g), and the input's "
+                         "gradient, the same shape, backward (f)."),
+        "elements counted, not bytes": (
+            2 * rows * width, f"That counts elements; each is {element_bytes} bytes: multiply by element_bytes."),
+        "bits counted, not bytes": (
+            2 * one * 8, "That counts bits; the question asks bytes (8 bits each)."),
+    }
+    return grade_model(
+        predicted, 2 * one, quantity="bytes all-reduced by one tensor-parallel MLP, forward + backward", unit="B",
+        wrong={k: v for k, v in wrong.items() if abs(v[0] / (2 * one) - 1) > 0.1}, rel=0.01,
+        too_high=(f"Only the MLP's output, {shape}, is summed forward (g), and the input's gradient, the same shape, "
+                  "backward (f). The number of ranks does not change the message; a ring splits it into 2 (N - 1) "
+                  "pieces."),
         too_low=(f"Forward and backward each all-reduce once: g sums the partial outputs, f sums the partial "
-                 f"gradients of the input (every rank used the whole input). Each message is (rows, C) = ({rows}, "
-                 f"{width}) x {element_bytes} B = {one} B."),
+                 f"gradients of the input. Each message is {shape}."),
+        measured=measured, measured_by="The counting hook recorded on gloo",
         why_close=(f"Two messages of B T C values: {one} B forward, {one} B backward. A Transformer layer has two "
                    "such blocks (attention's output projection is row-parallel too): 4 all-reduces of B T C per "
                    "layer, in every layer, which is why tensor parallel stays on NVLink."))
