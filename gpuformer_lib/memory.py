@@ -83,16 +83,25 @@ class TrainingMemory:
         return "\n".join(f"{name:15} {value / scale:9.3f} {unit}" for name, value in self.rows())
 
 
+_ACTIVATION_KEPT = {"gelu": 2, "relu": 1}
+"""F-wide tensors the feed-forward block keeps without dropout: GELU's input and output, ReLU's output alone."""
+
+
 def layer_activation_bytes(*, d_model: int, n_heads: int, seq_len: int, batch_size: int, d_ff: int | None = None,
                            activation_bytes: int = 4, autocast: bool = False, fused_attention: bool = True,
-                           dropout: bool = False, autocast_device: str = "cuda") -> int:
+                           dropout: bool = False, autocast_device: str = "cuda", activation: str = "gelu") -> int:
     """Bytes one pre-LN Transformer layer keeps for its backward pass (the course's ``EncoderLayer``).
 
     Counted tensor by tensor, as autograd saves them (per token and sequence, C = d_model, F = d_ff):
     the inputs of the two LayerNorms (the residual stream: float32 under autocast), the inputs of the
-    QKV, output and two feed-forward projections, Q, K and V, and the activation function's input,
-    C (6 + 2) + 2 F values in all. Attention adds, explicit: the softmax output and the masked weights,
-    2 H T values per token; fused (flash) kernels keep only a float32 log-sum-exp, H per token.
+    QKV, output and two feed-forward projections, Q, K and V, and what the activation function keeps.
+    ``activation``: GELU (the default, GPT-2's) keeps its input beside its output (the next projection's
+    input): C (6 + 2) + 2 F values in all. ReLU's backward needs only its output, the same tensor as that
+    projection's input: C (6 + 2) + F (the course's ``EncoderLayer`` and ``TransformerConfig`` default to
+    ReLU: pass ``activation="relu"`` for them). With ``dropout`` the two are alike again: the dropped copy,
+    not the activation's output, is the next projection's input. Attention adds, explicit: the softmax
+    output and the masked weights, 2 H T values per token; fused (flash) kernels keep only a float32
+    log-sum-exp, H per token.
     ``dropout``: one-byte masks, as CUDA keeps them (a CPU keeps full-width masks). ``autocast`` adds
     the 16-bit copies of the layer's weights that autocast makes and keeps for the backward pass.
     ``autocast_device``: explicit attention under autocast differs by device. CUDA autocast runs softmax
@@ -109,6 +118,8 @@ def layer_activation_bytes(*, d_model: int, n_heads: int, seq_len: int, batch_si
     """
     if autocast_device not in ("cuda", "cpu"):
         raise ValueError(f"autocast_device must be 'cuda' or 'cpu', got {autocast_device!r}")
+    if activation not in _ACTIVATION_KEPT:
+        raise ValueError(f"activation must be one of {sorted(_ACTIVATION_KEPT)}, got {activation!r}")
     for name, value in (("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len), ("batch_size", batch_size),
                         ("activation_bytes", activation_bytes), ("d_ff", 1 if d_ff is None else d_ff)):
         _check_int(name, value, 1)
@@ -119,7 +130,9 @@ def layer_activation_bytes(*, d_model: int, n_heads: int, seq_len: int, batch_si
     activation_bytes = int(activation_bytes)
     residual = 4 if autocast else activation_bytes
     tokens = T * B
-    total = tokens * (2 * C * residual + (6 * C + 2 * F) * activation_bytes)
+    # the feed-forward's F-wide tensors: the activation's own and the second projection's input
+    ff = 2 if dropout else _ACTIVATION_KEPT[activation]
+    total = tokens * (2 * C * residual + (6 * C + ff * F) * activation_bytes)
     if fused_attention:
         total += 4 * H * tokens
     elif autocast and autocast_device == "cuda" and activation_bytes < 4:
@@ -159,6 +172,7 @@ def training_memory(
     shard_weights: int = 1,
     count_loss_temporaries: bool = False,
     autocast_device: str = "cuda",
+    activation: str = "gelu",
 ) -> TrainingMemory:
     """Estimate the memory of a training step of a decoder-only model (``DecoderLM``).
 
@@ -173,7 +187,8 @@ def training_memory(
     input is kept, and one layer is recomputed at a time during the backward pass (``recomputed``).
     ``count_loss_temporaries`` adds the vocabulary-sized tensors alive around the loss
     (:attr:`TrainingMemory.loss_temporaries`): use it to check that a run fits, not to compare with
-    what autograd saves. ``autocast_device``: see :func:`layer_activation_bytes`.
+    what autograd saves. ``autocast_device`` and ``activation`` (the model's ``config.activation``): see
+    :func:`layer_activation_bytes`.
 
     ``total`` is the **saved tensors**: what is held at the start of the backward pass, all gradients
     included. The **predicted peak** of a step, with the transients around the loss and inside a layer's
@@ -212,7 +227,7 @@ def training_memory(
         layer = layer_activation_bytes(d_model=d_model, n_heads=n_heads, seq_len=seq_len, batch_size=batch_size,
                                        d_ff=d_ff, activation_bytes=activation_bytes, autocast=autocast,
                                        fused_attention=fused_attention, dropout=dropout,
-                                       autocast_device=autocast_device)
+                                       autocast_device=autocast_device, activation=activation)
         tokens = seq_len * batch_size
         residual = 4 if autocast else activation_bytes
         head = tokens * (d_model * (residual + activation_bytes) + 4 * vocab_size)
