@@ -18,6 +18,8 @@ compute-bound on a GPU, and the bytes per parameter of each training recipe.
 - **Bytes per parameter** (:func:`state_bytes_per_param`): float32 AdamW 4 + 4 + 8; autocast adds 2-byte
   weight copies at the peak; bf16 weights with a float32 master copy 2 + 2 + 4 + 8, plus 4 with float32
   gradient accumulation (16-20 bytes, ZeRO's count in Rajbhandari et al. 2020, section 3.1).
+- **Where a float16 overflow starts** (:func:`first_nonfinite`): a hook on every module names the first whose
+  output held an inf or a NaN, where the loss's NaN only says that something, somewhere, overflowed.
 
 Leaves out: the training loop's precision option (``train``, ``speed.make_train_step``, which does
 ``scaler.unscale_`` before clipping), FP8 (``fp8``), the memory calculator (``memory``).
@@ -455,3 +457,55 @@ def running_sum(values: torch.Tensor, dtype: torch.dtype, method: str = "nearest
         else:
             total = stochastic_round_bf16(total.float() + v, g)
     return float(total.double())
+
+
+# --------------------------------------------------------------------------- where a 16-bit overflow starts
+
+
+@dataclasses.dataclass(frozen=True)
+class NonFinite:
+    """The first module of a forward pass whose output held an inf or a NaN."""
+
+    module: str
+    """Its name in ``model.named_modules()``."""
+    largest_input: float
+    """The largest finite |value| among its inputs: what the module amplified past the format's range."""
+    first_output_inf: bool
+    """True when the output held an inf (an overflow); False when only NaNs (an inf met an operation first)."""
+
+
+def first_nonfinite(model: torch.nn.Module, run: Callable[[], object]) -> NonFinite | None:
+    """Run ``run()`` (a forward pass through ``model``) with a hook on every module that has no children, and
+    return the first one, in the order they ran, whose output held a value that is not finite; None if every
+    output was finite. Where a float16 forward turns into NaN, this names where the overflow began: a large
+    product in float16 (largest finite value 65,504) becomes inf, and inf - inf or 0 * inf turns into NaN two
+    modules later, where the NaN is usually noticed. The hooks are removed on the way out, whatever happens."""
+    found: list[NonFinite] = []
+
+    def largest_finite(values) -> float:
+        best = 0.0
+        for value in values:
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel():
+                finite = value.detach()[torch.isfinite(value.detach())]
+                if finite.numel():
+                    best = max(best, finite.abs().max().item())
+        return best
+
+    def hook(name: str):
+        def check(module, inputs, output):
+            if found:
+                return
+            outputs = output if isinstance(output, (tuple, list)) else (output,)
+            tensors = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+            if any(not torch.isfinite(o).all() for o in tensors):
+                found.append(NonFinite(name, largest_finite(inputs), any(torch.isinf(o).any() for o in tensors)))
+        return check
+
+    handles = [module.register_forward_hook(hook(name)) for name, module in model.named_modules()
+               if name and not any(True for _ in module.children())]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
