@@ -181,8 +181,8 @@ def test_half_loss_lr_moves_with_eps():
     assert bf16 / fp16 == pytest.approx(8, rel=0.1)  # eps 2^-7 against 2^-10
     from gpuformer_lib.exercises.precision import check_half_loss_lr_prediction
 
-    assert check_half_loss_lr_prediction(8 * fp16, bf16)
-    assert not check_half_loss_lr_prediction(fp16, bf16)
+    assert check_half_loss_lr_prediction(8 * fp16, bf16, fp16_lr=fp16)
+    assert not check_half_loss_lr_prediction(fp16, bf16, fp16_lr=fp16)
 
 
 def test_pure_bf16_sums_stall_and_kahan_or_stochastic_rounding_recover():

@@ -1,8 +1,8 @@
 """Checks for attention's exercises that need a prediction, a measurement or a diagnosis (chapter 3).
 
 - :func:`check_attention_memory_prediction`: predict the peak bytes explicit attention holds for a
-  (B, H, T, dtype), forward or forward and backward; the notebook measures them on its device
-  (``tiled_attention.peak_bytes``) and this grades the prediction within a factor of 1.5, explaining a miss;
+  (B, H, T, dtype), forward or forward and backward; graded against the count of (B, H, T, T) matrices alive at
+  once, each usual miscount named; the notebook's measurement (``tiled_attention.peak_bytes``) is shown beside it;
 - :func:`check_online_softmax_update`: a buggy step of the online softmax is shown; the learner writes the
   fixed one, which is tried on rows split into blocks and compared with ``torch.softmax``'s normaliser,
   and the usual mistakes (no rescaling, rescaling the wrong way, NaN on a fully masked row) are named.
@@ -12,36 +12,71 @@ The transcription checks of the chapter (masks, attention) live in ``exercises.t
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 from torch import Tensor
 
 from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _safe_check, _try
-from gpuformer_lib.exercises.predictions import grade_prediction
 
 
-def check_attention_memory_prediction(predicted, measured: float, *, backward: bool = False) -> CheckResult:
+def check_attention_memory_prediction(predicted, measured: float | None = None, *, shape: tuple[int, ...],
+                                      backward: bool = False, dtype: torch.dtype = torch.float32) -> CheckResult:
     """Predict, then measure: the peak bytes of explicit attention's (B, H, T, T) matrices, forward
-    (``backward=False``) or forward and backward. Passes within a factor of 1.5 of the measurement."""
+    (``backward=False``) or forward and backward, for q, k, v of ``shape`` (B, H, T, hs) and ``dtype``.
+
+    Graded against the count of matrices alive at once (two forward: the scores and the probabilities while the
+    softmax runs; three with the backward: the probabilities kept for it, their gradient and the scores'
+    gradient), within half a matrix or so, because the counts differ by whole matrices and a measurement's
+    extras (q·scale, the output, an allocator's rounding) are a fraction of one. The usual miscounts are named.
+    ``measured`` (peak bytes this device measured, optional) is shown beside the model, not graded."""
+    shape = tuple(int(d) for d in shape)  # the notebook's q.shape: bad input raises here, not as a hint
+    if len(shape) < 2 or min(shape) < 1:
+        raise ValueError(f"shape is q's shape, (B, H, T, hs), got {shape!r}")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    one = math.prod(shape[:-1]) * shape[-2] * itemsize  # one (B, H, T, T) matrix, in bytes
     what = "forward and backward" if backward else "the forward pass"
-    count = "three" if backward else "two"
-    return grade_prediction(
-        predicted, measured, quantity=f"the peak bytes of explicit attention, {what}", unit="bytes", within=1.5,
-        too_low=(f"Count how many (B, H, T, T) matrices are alive at the same moment, not only one: "
-                 f"the softmax reads the scores while it writes the probabilities"
-                 + (", and the backward pass keeps the probabilities while it makes the gradients of the "
-                    "probabilities and of the scores." if backward else ".")
-                 + " Check bytes per element too (float32: 4, float16/bfloat16: 2), and that B·H·T² has T squared."),
-        too_high=("Each intermediate is freed as soon as nothing uses it any more: the scores before masking are "
-                  "gone once the masked copy exists, the masked scores once the softmax has read them"
-                  + (" (the softmax's backward needs only its output)" if backward else "")
-                  + f". About {count} T x T matrices are alive at the peak. Bits or bytes? An element of float32 "
-                  "is 4 bytes, not 32."),
-        why_close=(f"{count.capitalize()} (B, H, T, T) matrices at once: "
+    right = 3 if backward else 2
+    freed = ("Each intermediate is freed as soon as nothing uses it: the scores once the softmax has read them"
+             + (" (the softmax's backward needs only its output, the probabilities)" if backward else
+                ", and the softmax is one operation, its exponentials never a tensor of their own") + ".")
+    wrong = {
+        "one (B, H, T, T) float32 matrix": (
+            one, "Count how many (B, H, T, T) matrices are alive at the same moment, not only one: the softmax "
+                 "reads the scores while it writes the probabilities" + (
+                     ", and the backward keeps the probabilities while it makes the gradients." if backward else ".")
+                 + f" (And {itemsize} bytes per element in {str(dtype).removeprefix('torch.')}.)"),
+        "counting the matrices in bits": (
+            8 * right * one, "Bits or bytes? An element of float32 is 4 bytes, not 32."),
+    }
+    if backward:
+        wrong.update({
+            "the forward pass's two matrices": (
+                2 * one, "That is the forward pass's peak. The backward keeps the probabilities while it makes "
+                         "their gradient and then the scores' gradient: one more (B, H, T, T) matrix at the peak."),
+            "keeping the scores for the backward too": (
+                4 * one, "The softmax's backward needs only its output (the probabilities), not its input: the "
+                         "scores are freed after the forward, so they are not alive at the backward's peak."),
+            "every matrix ever made": (5 * one, freed),
+        })
+    else:
+        wrong["three matrices (every intermediate)"] = (3 * one, freed)
+    rel = 0.15 if backward else 0.2
+    from gpuformer_lib.exercises.predictions import grade_model
+
+    return grade_model(
+        predicted, right * one, quantity=f"the peak bytes of explicit attention, {what}", unit="bytes",
+        wrong=wrong, rel=rel, measured=measured, measured_by="peak_bytes measured",
+        too_low=("Count whole (B, H, T, T) matrices: B·H·T² elements each (T squared: every query against every "
+                 "key), 4 bytes per element in float32, 2 in float16/bfloat16, and give the answer in bytes, "
+                 "not MiB."),
+        too_high=(freed + " Count (B, H, T, T) matrices alive at the peak, at 4 bytes per float32 element."),
+        why_close=(f"{'Three' if backward else 'Two'} (B, H, T, T) matrices at once: "
                    + ("the probabilities saved for backward, their gradient, and the scores' gradient. "
                       if backward else "the scores and the probabilities, while the softmax runs. ")
-                   + "The rest of the gap is q, k, v, the output and the mask (T·hs or T² bytes, not B·H·T²)."))
+                   + "A measurement adds a little: q·scale and the output are (B, H, T, hs), T·hs per row, "
+                     "not T²."))
 
 
 def _reference_update(m: Tensor, l: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:

@@ -34,11 +34,11 @@ def _kernel_problem(kernel: Any) -> str | None:
 
 
 def _launch_guarded(kernel: Any, n: int, input_names: tuple[str, ...]
-                    ) -> tuple[list[torch.Tensor], torch.Tensor, bool, str | None]:
+                    ) -> tuple[list[torch.Tensor], torch.Tensor, int, str | None]:
     """Launch ``kernel(*inputs, out, n, BLOCK=1024)`` on views into larger buffers, so that reads and
     writes past the end land in memory the check owns (an unmasked kernel would otherwise crash the
-    process). Returns the inputs as they were before the launch, the output, whether anything was
-    written past n, and a hint if the launch failed, ran out of time or wrote into an input.
+    process). Returns the inputs as they were before the launch, the output, how many elements were
+    written past n (0: none), and a hint if the launch failed, ran out of time or wrote into an input.
     A kernel that never ends on a GPU cannot be interrupted: the time limit (6 x the checks' limit, for
     the compilation) covers the launch only; in Triton's interpreter on a CPU it covers the run too."""
     import triton
@@ -53,12 +53,55 @@ def _launch_guarded(kernel: Any, n: int, input_names: tuple[str, ...]
                   time_scale=6.0)
     kept = [b[:n] for b in before]
     if err:
-        return kept, out, False, "Launching your kernel failed: " + err.replace("Your function", "it", 1)
+        return kept, out, 0, "Launching your kernel failed: " + err.replace("Your function", "it", 1)
     for name, buffer, original in zip(input_names, buffers, before):
         if not torch.equal(buffer, original):
-            return kept, out, False, (f"Your kernel wrote into {name}, an input: store the result through out_ptr "
-                                      "only, so the caller's tensors stay as they were.")
-    return kept, out, not torch.isnan(out_buffer[n:]).all().item(), None
+            return kept, out, 0, (f"Your kernel wrote into {name}, an input: store the result through out_ptr "
+                                  "only, so the caller's tensors stay as they were.")
+    return kept, out, int((~torch.isnan(out_buffer[n:])).sum().item()), None
+
+
+def _past_end_hint(written_past: dict[int, int]) -> str:
+    """The hint for a kernel that stored past n: one element past the end is ``offsets <= n``."""
+    if set(written_past.values()) == {1}:
+        return ("Your kernel writes one element past the end of the output: off by one. Offsets run from 0 to "
+                "n - 1, so the mask is offsets < n, not offsets <= n.")
+    return ("Your kernel writes past the end of the output when n is not a multiple of BLOCK: on a GPU that "
+            "corrupts other tensors or crashes. Store with mask=offsets < n (and load with it too).")
+
+
+def _unmasked_loads(kernel: Any) -> int:
+    """How many ``tl.load`` calls in the kernel's source take neither a mask nor a boundary check. Reads past
+    the end leave no trace in the output (the store is masked), so the check reads the source: on a GPU such
+    a read can fault or read another tensor's memory."""
+    import ast
+    import textwrap
+
+    import inspect
+    import types
+
+    src, layer = None, kernel
+    for _ in range(3):  # a JITFunction has .src; the interpreter's function, and @triton.autotune, hold .fn
+        if isinstance(getattr(layer, "src", None), str):
+            src = layer.src
+            break
+        if isinstance(layer, types.FunctionType):
+            try:
+                src = inspect.getsource(layer)
+            except (OSError, TypeError):
+                pass
+            break
+        layer = getattr(layer, "fn", None)
+    try:
+        tree = ast.parse(textwrap.dedent(src or ""))
+    except (SyntaxError, TypeError, ValueError):
+        return 0
+    count = 0
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                and len(node.args) < 2 and not {k.arg for k in node.keywords} & {"mask", "boundary_check"}):
+            count += 1
+    return count
 
 
 @_safe_check
@@ -77,12 +120,14 @@ def check_masked_add(kernel) -> CheckResult:
         if err:
             return _report(False, err)
         results[n], past_end[n] = torch.equal(out, x + y), wrote_past
-    if all(results.values()) and not any(past_end.values()):
-        return _report(True, "Masked loads and stores: the last block stops at n, whatever n is.")
     if any(past_end.values()):
-        return _report(False, "Your kernel writes past the end of the output when n is not a multiple of BLOCK: "
-                              "on a GPU that corrupts other tensors or crashes. Store with mask=offsets < n "
-                              "(and load with it too).")
+        return _report(False, _past_end_hint({n: k for n, k in past_end.items() if k}))
+    if all(results.values()):
+        if _unmasked_loads(kernel):
+            return _report(False, "The stores are masked, but a load is not: the last block still reads past the "
+                                  "end of x and y. On a GPU that read can fault (an illegal memory access) or read "
+                                  "another tensor; the masked store only hides it. Load with mask=offsets < n too.")
+        return _report(True, "Masked loads and stores: the last block stops at n, whatever n is.")
     if results[4096]:
         return _report(False, f"Right for n = 4096, wrong for {[n for n, ok in results.items() if not ok]}: "
                               "check the mask, offsets < n.")
@@ -101,14 +146,28 @@ def check_gelu_kernel(kernel) -> CheckResult:
         if err:
             return _report(False, err)
         if wrote_past:
-            return _report(False, "Your kernel writes past the end of the output: store with mask=offsets < n.")
+            return _report(False, _past_end_hint({n: wrote_past}))
         want = F.gelu(x, approximate="tanh")
         if torch.allclose(out, want, rtol=1e-5, atol=1e-5):
             continue
+        z = 0.7978845608028654 * (x + 0.044715 * x**3)  # sqrt(2 / pi) (x + 0.044715 x^3)
         if torch.allclose(out, F.gelu(x), rtol=1e-3, atol=1e-3):
             return _report(False, "Close to the exact (erf) GELU; the exercise asks for the tanh approximation, "
                                   "0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).")
+        if torch.allclose(out, x * torch.sigmoid(z), rtol=1e-4, atol=1e-5):
+            return _report(False, "You wrote x·sigmoid(z): the identity is 0.5 (1 + tanh(z)) = sigmoid(2z), so the "
+                                  "argument of the sigmoid is 2z, twice sqrt(2/pi) (x + 0.044715 x^3).")
+        if torch.allclose(out, torch.sigmoid(2 * z), rtol=1e-4, atol=1e-5):
+            return _report(False, "That is 0.5 (1 + tanh(z)) alone, a gate between 0 and 1: GELU multiplies it by "
+                                  "x, x·sigmoid(2z).")
+        if torch.allclose(out, x * torch.sigmoid(1.702 * x), rtol=1e-4, atol=1e-5):
+            return _report(False, "That is the sigmoid approximation x·sigmoid(1.702 x) ('quick GELU'), another "
+                                  "curve: the exercise asks for the tanh approximation, x·sigmoid(2z) with "
+                                  "z = sqrt(2/pi) (x + 0.044715 x^3).")
         return _report(False, "Compare with F.gelu(x, approximate='tanh'); note that 0.5 (1 + tanh(z)) = sigmoid(2z).")
+    if _unmasked_loads(kernel):
+        return _report(False, "The store is masked, but the load is not: the last block still reads past the end "
+                              "of x, which on a GPU can fault. Load with mask=offsets < n too.")
     return _report(True, "One read, one write per element: GELU fused into a single pass over memory.")
 
 
@@ -202,10 +261,11 @@ def check_kernel_roofs(answers: dict[str, tuple[float, str, str]]) -> CheckResul
         if hint:
             return _report(False, f"{name}: the intensity is a number (FLOP per byte), not {_describe(intensity)}.")
         if not _close(value, want, rel=0.02):
-            if _close(value, nbytes / flops, rel=0.02):
-                return _report(False, f"{name}: upside down; intensity is FLOPs divided by bytes.")
-            return _report(False, f"{name}: intensity {intensity!r} is off; count {flops:g} FLOPs and {nbytes:g} "
-                                  "bytes moved per output element.")
+            for wrong, why in _intensity_mistakes(name, flops, nbytes):
+                if _close(value, wrong, rel=0.02):
+                    return _report(False, f"{name}: intensity {value:.3g} is off. {why}")
+            return _report(False, f"{name}: intensity {value:.3g} is off. Count the FLOPs one output element "
+                                  "costs and the bytes moved for it (everything read and written), then divide.")
         matmul = "matmul" in name
         dtype = torch.float16 if matmul else torch.float32
         for gpu, bound in zip(ROOF_GPUS, bounds):
@@ -216,50 +276,115 @@ def check_kernel_roofs(answers: dict[str, tuple[float, str, str]]) -> CheckResul
                 continue
             why = (f"{name} on the {gpu}: {want:.3g} FLOP/byte against the "
                    f"{'tensor-core' if matmul else 'CUDA-core float32'} ridge of {ridge:.0f} FLOP/byte is {right}-bound.")
-            if ("compute" if want > other else "memory") == str(bound).strip().lower():
-                why += (" You judged it against the other roof (" + f"{other:.0f} FLOP/byte): "
-                        + ("a matrix product in float16 runs on the tensor cores." if matmul else
-                           "an element-wise float32 kernel never runs on tensor cores; its roof is the CUDA "
-                           "cores' float32 rate."))
+            if matmul:  # the usual slip: one GPU's ridge carried over to the other
+                ridges = {g: compute_ceiling(g, dtype, tensor_cores=True) / bandwidth(g) for g in ROOF_GPUS}
+                why += (" Each GPU has its own ridge: the tensor-core ridges are " + " and ".join(
+                    f"{r:.0f} on the {g}" for g, r in ridges.items()) + " FLOP/byte (peak over bandwidth).")
+            elif ("compute" if want > other else "memory") == str(bound).strip().lower():
+                why += (f" You judged it against the other roof ({other:.0f} FLOP/byte): an element-wise float32 "
+                        "kernel never runs on tensor cores; its roof is the CUDA cores' float32 rate.")
             return _report(False, why)
     return _report(True, "Two roofs, two GPUs: the polynomial is compute-bound on the CUDA cores though it would "
                          "be 'memory-bound' against the tensor-core peak, and the 768-cube product clears the T4's "
                          "lower tensor-core ridge but not the H100's. Each kernel has the roof of the units it runs on.")
 
 
+def _intensity_mistakes(name: str, flops: float, nbytes: float) -> list[tuple[float, str]]:
+    """The intensities the usual mistakes give for a kernel of :data:`KERNEL_ROOF_COSTS`, each with its hint,
+    in the order they are tried."""
+    matmul = "matmul" in name
+    itemsize = 2 if matmul else 4
+    mistakes = [(nbytes / flops, "Upside down: intensity is FLOPs divided by bytes."),
+                (float(flops), "That is FLOPs per element; intensity divides them by the bytes each element "
+                               "moves.")]
+    if matmul:
+        k = flops / 2
+        mistakes += [
+            (flops / (nbytes - itemsize), "The write of C is missing: a perfectly tiled product reads A and B "
+                                          "once and writes C once, all three count."),
+            (flops / (2 * nbytes), "Half the intensity: a multiply-add is 2 FLOPs, and a float16 element is 2 "
+                                   "bytes, not 4."),
+            (flops / (2 * k * itemsize + itemsize), "That is the product without reuse: each output reading its "
+                                                    "own row of A and column of B from memory. Tiling reads A "
+                                                    "and B once: count (MK + KN + MN) elements for MN outputs."),
+        ]
+    else:
+        mistakes.append((flops / (nbytes - itemsize), "The write is missing: the output element is stored to "
+                                                      "memory (4 bytes in float32), and counts as much as a read."))
+        if "Horner" in name:
+            mistakes.append((flops / 2 / nbytes, "Half the FLOPs: each of Horner's steps is a multiply-add, 2 FLOPs "
+                                                 "(a multiply and an add)."))
+    return mistakes
+
+
 # --------------------------------------------------------------------------- predict, then measure
 
 
-STRIDED_COPY_WITHIN = 2.5
-"""The factor :func:`check_strided_copy_prediction` accepts: 2.5, not 2, because a CPU's strided gather also
-waits on TLB misses and latency (it measures about 5x where the sector count says 2.75), while a prediction
-that ignores the sectors (1x) still misses on a GPU (measured near 2.75x) and on a CPU."""
+STRIDED_SECTOR_BYTES = 32
+"""What a GPU moves at once (a sector of a 128-byte line); a CPU's 64-byte line gives the same count at stride 8,
+where two of the elements read share a line."""
+
+
+def strided_gather_bytes(stride: int, sector: int = STRIDED_SECTOR_BYTES) -> int:
+    """Bytes moved per element by the gather ``out = x[idx]`` of float32 ``x`` with int64 ``idx = arange(n) *
+    stride``: 8 of index and 4 of output, and of x 4 bytes times the stride, at most one whole ``sector`` (past
+    that, each element pulls in its own sector)."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise ValueError(f"stride must be an int >= 1, got {stride!r}")
+    return 8 + min(4 * stride, sector) + 4
 
 
 def check_strided_copy_prediction(predicted, measured, stride: int,
                                   measured_by: str = "this device measured") -> CheckResult:
     """Grade a predicted time ratio: a gather of n float32 elements ``out = x[idx]`` with ``idx = arange(n) *
-    stride`` (int64) over the same gather with ``stride`` 1, against the ratio this device measured. Both
-    run the same code, so the ratio is what the memory traffic makes it.
+    stride`` (int64) over the same gather with stride 1. Both run the same code, so the ratio is what the memory
+    traffic makes it: the bytes :func:`strided_gather_bytes` counts at that stride over those at stride 1,
+    graded within 5 % (rounding), each usual mistake (the index or the write left out, bytes used instead of
+    sectors fetched, a 64-byte line per element, the stride itself) named. The measured ratio (a number, or a
+    function of no arguments that measures it) is shown beside the model, not graded: timings spread over more
+    than the gap between the right count and the wrong ones (a CPU measures 2-5x)."""
+    from gpuformer_lib.exercises.predictions import grade_model
 
-    ``measured`` is the measured ratio, or a function of no arguments that measures it: then a miss is
-    re-measured (up to 3 times, :func:`~gpuformer_lib.exercises.predictions.grade_prediction`), so one slow
-    timing on a busy machine does not fail a right prediction."""
-    from gpuformer_lib.exercises.predictions import grade_prediction
-
-    return grade_prediction(
-        predicted, measured, quantity=f"the stride-{stride} gather's time over the stride-1 gather's", unit="x",
-        within=STRIDED_COPY_WITHIN, measured_by=measured_by,
-        too_high=("Only the reads of x grow with the stride, and only up to the size of what memory moves at "
-                  "once (a 32-byte sector on a GPU, a 64-byte line on a CPU): past that, one element costs one "
-                  "sector. The index (8 bytes per element) and the write (4 bytes) are the same in both gathers."),
-        too_low=("Count the bytes fetched, not the bytes used: with stride 8 every 4-byte element of x pulls in "
-                 "its own 32-byte sector, 8x the reads. But count everything: per element the stride-1 gather "
-                 "reads 8 bytes of index and 4 of x and writes 4 (16 bytes); the stride-8 one reads 8 + 32 "
-                 "and writes 4."),
-        why_close=("What is left: a CPU's prefetcher and a GPU's caches hide part of the waste, and a gather "
-                   "that jumps through memory waits on latency as well as on bandwidth (and, on a shared "
-                   "machine, timing noise)."))
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2:
+        raise ValueError(f"stride must be an int >= 2 (stride 1 is the baseline), got {stride!r}")
+    x_bytes = min(4 * stride, STRIDED_SECTOR_BYTES)
+    right = strided_gather_bytes(stride) / strided_gather_bytes(1)
+    wrong = {
+        "counting only the bytes used": (
+            1.0, f"Count the bytes fetched, not the bytes used: with stride {stride} every 4-byte element of x "
+                 f"pulls in {x_bytes} bytes of its sector, {x_bytes // 4}x the reads of x."),
+        "leaving out the index": (
+            (x_bytes + 4) / (4 + 4), "Count the index too: both gathers read 8 bytes of int64 index per "
+                                     "element, which dilutes the growth of the reads of x."),
+        "a 64-byte line per element": (
+            (8 + 64 + 4) / 16, f"A CPU moves 64-byte lines, but at stride {stride} the elements read are "
+                               f"{4 * stride} bytes apart: {max(64 // (4 * stride), 1)} share a line, so each "
+                               "costs at most 32 bytes, as on a GPU, where a 32-byte sector is the unit."),
+        "the stride alone": (
+            float(stride), "Only the reads of x grow with the stride, and only up to the size of what memory "
+                           "moves at once (a 32-byte sector): the index (8 bytes per element) and the write "
+                           "(4 bytes) are the same in both gathers."),
+        "leaving out the write": (
+            (8 + x_bytes) / (8 + 4), "Count the write too: both gathers store 4 bytes per element."),
+        "an upside-down ratio": (
+            1 / right, "Upside down: the strided gather moves more bytes, so its time over the stride-1 time is "
+                       "above 1."),
+    }
+    if 4 * stride >= 64:  # each element in its own line: not a mistake on a CPU
+        del wrong["a 64-byte line per element"]
+    rel = 0.05
+    wrong = {name: entry for name, entry in wrong.items() if abs(entry[0] / right - 1) > 2 * rel}
+    value = measured() if callable(measured) else measured
+    return grade_model(
+        predicted, right, quantity=f"the stride-{stride} gather's time over the stride-1 gather's", unit="x",
+        wrong=wrong, rel=rel, measured=value, measured_by=measured_by,
+        too_high=("Only the reads of x grow with the stride, and only up to the size of what memory moves at once "
+                  "(a 32-byte sector on a GPU): past that, one element costs one sector."),
+        too_low=("Count the bytes fetched, not the bytes used, and count everything: per element the stride-1 "
+                 "gather reads 8 bytes of index and 4 of x and writes 4."),
+        why_close=(f"Bytes per element: 8 + {x_bytes} + 4 = {strided_gather_bytes(stride)} against 8 + 4 + 4 = "
+                   "16. A measurement strays from the model: a CPU's prefetcher and a GPU's caches hide part of "
+                   "the waste, and a gather that jumps through memory waits on latency as well as on bandwidth."))
 
 
 def check_occupancy_prediction(answers, threads_per_block: int, regs_per_thread: int, smem_per_block: int,

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gpuformer_lib.exercises._answers import _number
 from gpuformer_lib.exercises._core import CheckResult, _describe, _report, _run_limited, _safe_check, _try
 
 
@@ -40,6 +39,11 @@ def check_causal_mask(fn: Callable[[int], Tensor]) -> CheckResult:
         if got.shape != (T, T):
             return _report(False, f"For T={T} the mask must have shape ({T}, {T}), got {tuple(got.shape)}.")
         if got.dtype != torch.bool:
+            if (got.is_floating_point() and T > 1
+                    and torch.equal(got, torch.zeros(T, T, dtype=got.dtype).masked_fill(~want, float("-inf")))):
+                return _report(False, "That is an additive mask (0 where a query may attend, -inf where not), what "
+                                      "is added to the scores. The exercise asks for the bool mask: True where "
+                                      "query i may attend to key j, e.g. torch.ones(T, T, dtype=torch.bool).tril().")
             return _report(False, "Return a bool tensor (True = may attend), e.g. torch.ones(T, T, dtype=torch.bool).")
         if T > 1 and torch.equal(got, want.T):
             return _report(False, "That is the upper triangle: query i may see keys j <= i, the lower one (tril).")
@@ -100,6 +104,10 @@ def check_split_heads(fn: Callable[[Tensor, int], Tensor]) -> CheckResult:
         if got.shape == want.shape and torch.equal(got, x.view(B, H, T, C // H)):
             return _report(False, "Right shape, wrong elements: view(B, H, T, hs) mixes tokens into heads. "
                                   "View as (B, T, H, hs) first, then transpose(1, 2).")
+        if got.shape == want.shape and torch.equal(got, x.view(B, T, C // H, H).permute(0, 3, 1, 2)):
+            return _report(False, "Right shape, wrong elements: heads interleaved. view(B, T, hs, H) gives head h "
+                                  "the channels h, h + H, h + 2H, ...; each head owns hs neighbouring channels, "
+                                  "so view(B, T, H, hs), then transpose(1, 2).")
         return _report(False, f"For x {tuple(x.shape)} and {H} heads expected shape {tuple(want.shape)}, "
                               f"got {tuple(got.shape)} with other values.")
     return _report(True, "x.view(B, T, H, hs).transpose(1, 2): each head gets its own slice of every token.")
@@ -141,55 +149,101 @@ def check_residual_block(fn: Callable[[Tensor, nn.Module, nn.Module, bool], Tens
     x = torch.randn(2, 3, 8)
     with torch.no_grad():
         pre, post = x + sublayer(norm(x)), norm(x + sublayer(x))
-        for norm_first, want, other in ((True, pre, post), (False, post, pre)):
+        outputs = {}
+        for norm_first in (True, False):
             got, err = _try(fn, x, sublayer, norm, norm_first)
             got, err2 = (None, err) if err else _as_tensor(got, "the block's output")
             if err or err2:
                 return _report(False, err or err2)
+            outputs[norm_first] = got
+        if all(_same(outputs[flag], want) for flag, want in ((True, pre), (False, post))):
+            return _report(True, "Pre-LN: x + f(LN(x)) keeps an un-normalised path from input to output; "
+                                 "post-LN: LN(x + f(x)).")
+        if _same(outputs[True], outputs[False]):
+            order = "pre-LN" if _same(outputs[True], pre) else "post-LN" if _same(outputs[True], post) else "one block"
+            return _report(False, f"You return {order} for both values of norm_first: norm_first=True is pre-LN, "
+                                  "x + sublayer(norm(x)); norm_first=False is post-LN, norm(x + sublayer(x)).")
+        if _same(outputs[True], post) and _same(outputs[False], pre):
+            return _report(False, "Pre-LN and post-LN are swapped: norm_first=True means x + sublayer(norm(x)).")
+        for norm_first, want in ((True, pre), (False, post)):
+            got = outputs[norm_first]
             if _same(got, want):
                 continue
-            if _same(got, other):
-                return _report(False, "Pre-LN and post-LN are swapped: norm_first=True means x + sublayer(norm(x)).")
             if norm_first and _same(got, sublayer(norm(x))):
                 return _report(False, "Pre-LN keeps the residual: add x back, x + sublayer(norm(x)).")
+            if norm_first and _same(got, norm(x + sublayer(norm(x)))):
+                return _report(False, "Pre-LN does not normalise the sum: x + sublayer(norm(x)), so the residual "
+                                      "path from input to output is never normalised.")
             if not norm_first and _same(got, x + norm(sublayer(x))):
                 return _report(False, "Post-LN normalises the sum: norm(x + sublayer(x)), not x + norm(sublayer(x)).")
+            if not norm_first and _same(got, norm(sublayer(x))):
+                return _report(False, "Post-LN keeps the residual too: add x before normalising, "
+                                      "norm(x + sublayer(x)).")
             return _report(False, f"norm_first={norm_first}: expected "
                                   f"{'x + sublayer(norm(x))' if norm_first else 'norm(x + sublayer(x))'}.")
-    return _report(True, "Pre-LN: x + f(LN(x)) keeps an un-normalised path from input to output; "
-                         "post-LN: LN(x + f(x)).")
+    return _report(False, "Expected x + sublayer(norm(x)) for norm_first=True, norm(x + sublayer(x)) otherwise.")
 
 
 # --------------------------------------------------------------------------- cost and initialisation (predict, measure, diagnose)
 
 
-def check_training_flops_prediction(predicted, measured: float) -> CheckResult:
-    """Grade a predicted number of training FLOPs per token (forward + backward) against the count
-    ``measured`` by ``torch.utils.flop_counter.FlopCounterMode`` for the same model and sequence length.
-    Within 10 %: the rule "6 N per token" alone misses by more than that at T = 1024 (attention's scores
-    and weighted sum are not parameters), and a forward-only count misses by 3x."""
-    from gpuformer_lib.exercises.predictions import grade_prediction
+def check_training_flops_prediction(predicted, measured: float | None = None, config=None,
+                                    seq_len: int = 1024) -> CheckResult:
+    """Grade a predicted number of training FLOPs per token (forward + backward, matrix products) of a
+    decoder-only model, GPT-2 small unless ``config`` says otherwise, on sequences of ``seq_len`` tokens,
+    against the count :func:`gpuformer_lib.model.transformer_flops` makes, within 3 % (rounding; the rule
+    "6 N + 12 L T C" passes). The usual slips are named: 6 N alone (attention's scores and weighted sum have
+    no parameters), the forward pass only, attention halved, the embedding counted as a product, the output
+    layer left out, a count per sequence. ``measured``, the count ``FlopCounterMode`` made for the same model,
+    is shown beside the model and must agree with it (a count of another model raises)."""
+    import dataclasses
 
-    value, hint = _number(predicted)
-    ratio = value / measured if hint is None and measured > 0 and isinstance(value, (int, float)) else None
-    if ratio is not None and 0.28 <= ratio <= 0.4:
-        too_low = ("About a third: that is the forward pass only. Training adds the backward pass, which "
-                   "computes gradients for the inputs and for the weights, two products per forward product: 3x.")
-    elif ratio is not None and 0.82 <= ratio < 1 / 1.1:
-        too_low = ("Close to 6 N? That counts every parameter's multiply-add forward and backward, but the "
-                   "attention scores Q K^T and the weighted sum A V have no parameters: they add 4 T C per layer "
-                   "and token forward, 12 T C with the backward, a sizeable share at T = 1024.")
-    else:
-        too_low = ("Count per token and layer: projections 8 C^2, feed-forward 4 C d_ff, attention 4 T C (all "
-                   "forward, 2 FLOPs per multiply-add), plus the output layer 2 C V; then x3 for training.")
-    too_high = ("Too high: the embedding lookup is a gather, not a matrix product (no FLOPs); a tied output "
-                "layer counts once as a product even though its weights are shared; count per token, not "
-                "per sequence (divide the step's count by B T).")
-    return grade_prediction(predicted, measured, quantity="training FLOPs per token", unit="FLOP", within=1.1,
-                            measured_by="FlopCounterMode counted",
-                            too_high=too_high, too_low=too_low,
-                            why_close=("What is left: LayerNorm, softmax and GELU FLOPs, which FlopCounterMode "
-                                       "does not count either (it counts matrix products)."))
+    from gpuformer_lib.exercises.predictions import grade_model
+    from gpuformer_lib.model import DecoderLM, count_parameters, gpt2_config, transformer_flops
+
+    config = gpt2_config() if config is None else config
+    right = transformer_flops(config, 1, seq_len) / seq_len
+    if measured is not None and abs(measured / right - 1) > 0.01:
+        raise ValueError(f"FlopCounterMode counted {measured:.4g} FLOPs per token, the model {right:.4g}: pass the "
+                         "config and seq_len of the model that was counted")
+    with torch.device("meta"):  # shapes only
+        n_params = count_parameters(DecoderLM(dataclasses.replace(config, check_token_ids=False)))
+    C, L, T, V = config.d_model, config.n_decoder_layers, seq_len, config.vocab_size
+    wrong = {
+        "6 N alone": (6 * n_params, (
+            "Close to 6 N? That counts every parameter's multiply-add forward and backward, but the attention "
+            f"scores Q K^T and the weighted sum A V have no parameters: they add 4 T C per layer and token "
+            f"forward, 12 T C with the backward, a sizeable share at T = {T}.")),
+        "the forward pass only": (right / 3, (
+            "About a third: that is the forward pass only. Training adds the backward pass, which computes "
+            "gradients for the inputs and for the weights, two products per forward product: 3x.")),
+        "a backward as costly as the forward": (2 * right / 3, (
+            "Two thirds: the backward pass costs twice the forward, not once: for each product it computes the "
+            "gradient for the input and the gradient for the weight, so training is 3x the forward.")),
+        "attention counted as 2 T C": (right - 3 * L * 2 * T * C, (
+            "Attention is two products per token and layer, each 2 T C forward: the scores Q K^T and the weighted "
+            "sum A V, 4 T C in all. A causal mask does not halve them here: explicit attention computes the full "
+            "T x T and masks it afterwards.")),
+        "the embedding counted as a product": (right + 6 * C * V, (
+            "The embedding lookup is a gather, not a matrix product (no FLOPs); a tied output layer counts once, "
+            "as the product h W^T, even though its weights are the embedding's.")),
+        "the output layer left out": (right - 6 * C * V, (
+            f"The output layer is a product too: 2 C V per token forward (V = {V:,}), x3 for training, a large "
+            "share for a small model with a big vocabulary.")),
+        "a count per sequence": (right * T, "Count per token, not per sequence: divide the step's count by B T."),
+    }
+    rel = 0.03
+    wrong = {name: entry for name, entry in wrong.items() if abs(entry[0] / right - 1) > 2 * rel}
+    return grade_model(
+        predicted, right, quantity="training FLOPs per token", unit="FLOP", wrong=wrong, rel=rel,
+        measured=measured, measured_by="FlopCounterMode counted",
+        too_low=("Count per token and layer: projections 8 C^2, feed-forward 4 C d_ff, attention 4 T C (all "
+                 "forward, 2 FLOPs per multiply-add), plus the output layer 2 C V; then x3 for training."),
+        too_high=("Too high: the embedding lookup is a gather, not a matrix product (no FLOPs); a tied output "
+                  "layer counts once as a product even though its weights are shared; count per token, not "
+                  "per sequence (divide the step's count by B T)."),
+        why_close=("LayerNorm, softmax and GELU FLOPs are left out of the model, and FlopCounterMode does not "
+                   "count them either (it counts matrix products)."))
 
 
 def initial_loss_with_head(head: Callable[[Tensor, Tensor], Tensor], vocab_size: int = 16, d_model: int = 64,
