@@ -168,6 +168,46 @@ def test_time_adamw_step(implementation):
         optimizer_cost.time_adamw_step(10, "apex")
 
 
+def test_compare_adamw_steps_times_each_implementation_in_interleaved_rounds(monkeypatch):
+    """On a clock of its own (no verdict on a real clock): each implementation's step is wrapped to take a
+    fixed time, so the comparison's baseline, speedup and verdict are exact; the steps still update the
+    parameters (a real AdamW step runs inside each timed call)."""
+    from fake_clock import FakeClock
+    from gpuformer_lib import bench
+
+    clock = FakeClock()
+    monkeypatch.setattr(bench, "time", clock)
+    made = []
+    real = optimizer_cost.adamw_step
+
+    def slow_or_fast(n_params, implementation, device="cpu", *, n_tensors=8):
+        step = real(n_params, implementation, device, n_tensors=n_tensors)
+        made.append(implementation)
+
+        def timed():
+            clock.sleep({"foreach": 3e-3, "fused": 1e-3}[implementation])
+            return step()
+
+        return timed
+
+    monkeypatch.setattr(optimizer_cost, "adamw_step", slow_or_fast)
+    result = optimizer_cost.compare_adamw_steps(1_000, n_tensors=2, repeats=5, warmup=0)
+    assert made == ["foreach", "fused"] and list(result) == ["fused"]
+    fused = result["fused"]
+    assert fused.baseline == "foreach" and fused.speedup == pytest.approx(3.0) and fused.verdict == "faster"
+    assert len(fused.ratios) == 5
+
+
+def test_adamw_step_updates_the_weights_each_call():
+    step = optimizer_cost.adamw_step(100, "foreach", n_tensors=2)
+    weights = step.__self__.param_groups[0]["params"]
+    before = [w.detach().clone() for w in weights]
+    step()
+    assert all(not torch.equal(a, w) for a, w in zip(before, weights))
+    with pytest.raises(ValueError, match="n_tensors"):
+        optimizer_cost.adamw_step(2, "fused", n_tensors=3)
+
+
 def test_inf_gradient_zeroes_the_finite_ones_and_makes_the_inf_entry_nan():
     """The docstring's claim: an inf norm gives coefficient 0, so finite gradients become 0 and only the inf
     entries NaN (0 * inf); PyTorch does the same."""

@@ -40,6 +40,22 @@ def test_kv_cache_prediction():
 WORK_WITH, WORK_WITHOUT, COSTS = (8e6, 200, 1e5), (2e9, 150, 2e7), (1e11, 1e-9, 3e-6)
 
 
+def test_gqa_message_gives_the_whole_model_share_of_gpt2_small_not_the_blocks():
+    """Review of 2026-11-27, chapter 4 error 2: the message said the whole model shrinks by about 15 %; for
+    GPT-2 small MQA removes 12 x 1,082,752 = 13.0 M of 124.4 M parameters, 10.4 %: 15 % is per block."""
+    import re
+
+    from gpuformer_lib.kv_cache import decoder_parameters
+
+    message = check_gqa_parameters(right).message
+    gpt2 = decoder_parameters(768, 12, 50257, 12, 12, 1024) - 50257 * 768  # tied head
+    removed = 12 * (right(768, 12, 12, True) - right(768, 12, 1, True))
+    assert removed == 12 * 1_082_752
+    (said,) = re.findall(r"about (\d+) % of GPT-2's", message)
+    assert abs(int(said) - 100 * removed / gpt2) < 1
+    assert f"{gpt2 / 1e6:.0f} M" in message
+
+
 def test_decode_speedup_prediction_shows_the_timing_beside_the_model_without_grading_it():
     """The right and wrong answers of exercise 4.4 are in tests/answer_tables/heads.py."""
     right = decode_speedup_model(WORK_WITH, WORK_WITHOUT, COSTS)

@@ -199,14 +199,38 @@ def test_chapter_4_takes_its_dtype_from_the_profile():
     assert "is_bf16_supported" not in code and "compute_dtype(profile)" in code
 
 
-def test_decode_speedup_and_step_work():
-    from gpuformer_lib.kv_cache import decode_speedup, decode_step_work
+def test_decode_speedup_times_both_steps_in_interleaved_rounds(monkeypatch):
+    """On a clock of its own (no verdict on a real clock): a forward pass costs 1 ms per token it is given, so
+    the recomputing step at 48 tokens takes 48 ms and the cached one 1 ms, in every round."""
+    from fake_clock import FakeClock
+    from gpuformer_lib import bench
+    from gpuformer_lib.kv_cache import decode_speedup
+
+    clock = FakeClock()
+    monkeypatch.setattr(bench, "time", clock)
+    model = CachedDecoder(DecoderShape(vocab_size=32, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2,
+                                       max_len=64)).eval()
+    forward = model.forward
+
+    def timed_forward(idx, *args, **kwargs):
+        clock.sleep(idx.shape[1] * 1e-3)
+        return forward(idx, *args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", timed_forward)
+    result = decode_speedup(model, 2, 48, repeats=5)
+    assert isinstance(result, bench.Comparison)
+    assert (result.baseline, result.candidate) == ("without the cache", "with the cache")
+    assert result.speedup == pytest.approx(48) and result.verdict == "faster"
+    assert len(result.ratios) == 5 and result.phrase() == "48.00x faster than without the cache"
+    assert result.timings["with the cache"].median == pytest.approx(1e-3)
+
+
+def test_decode_step_work():
+    from gpuformer_lib.kv_cache import decode_step_work
 
     torch.manual_seed(0)
     model = CachedDecoder(DecoderShape(vocab_size=32, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2,
                                        max_len=64)).eval()
-    speedup, with_cache, without = decode_speedup(model, 2, 48, repeats=3)
-    assert speedup == without.min / with_cache.min
     flops_with, calls_with, elements_with = decode_step_work(model, 2, 48, use_cache=True)
     flops_without, calls_without, elements_without = decode_step_work(model, 2, 48, use_cache=False)
     # matrix products: the recomputing step does ~context times the cached step's FLOPs

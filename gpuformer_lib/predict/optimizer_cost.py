@@ -73,13 +73,12 @@ def logits_bytes(batch_size: int, seq_len: int, vocab_size: int, *, element_byte
             * _count("element_bytes", element_bytes))
 
 
-def time_adamw_step(n_params: int, implementation: str, device="cpu", *, n_tensors: int = 8, repeats: int = 10):
-    """Time one ``torch.optim.AdamW`` step over ``n_params`` float32 parameters in ``n_tensors`` tensors on
-    ``device``, with ``implementation`` ``'for-loop'`` (foreach=False), ``'foreach'`` or ``'fused'``; the
-    state is created by a first, untimed step. Returns a ``bench.Timing`` (report its median)."""
+def adamw_step(n_params: int, implementation: str, device="cpu", *, n_tensors: int = 8):
+    """One ``torch.optim.AdamW`` step over ``n_params`` float32 parameters in ``n_tensors`` tensors on
+    ``device``, as a function of no arguments, with ``implementation`` ``'for-loop'`` (foreach=False),
+    ``'foreach'`` or ``'fused'``; the state is created by a first step here, so every call of the function
+    is a step like those of training (it reads and writes m and v)."""
     import torch
-
-    from gpuformer_lib import bench
 
     n_params, n_tensors = _count("n_params", n_params), _count("n_tensors", n_tensors)
     if n_tensors < 1 or n_params < n_tensors:
@@ -94,4 +93,24 @@ def time_adamw_step(n_params: int, implementation: str, device="cpu", *, n_tenso
         p.grad = torch.randn(p.shape, generator=g).to(device)
     optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, **flags[implementation])
     optimizer.step()  # creates m and v
-    return bench.time_fn(optimizer.step, device=device, warmup=2, repeats=repeats)
+    return optimizer.step
+
+
+def time_adamw_step(n_params: int, implementation: str, device="cpu", *, n_tensors: int = 8, repeats: int = 10):
+    """Time one ``torch.optim.AdamW`` step (:func:`adamw_step`) alone. Returns a ``bench.Timing`` (report its
+    median). To compare implementations, use :func:`compare_adamw_steps`: interleaved rounds and a verdict."""
+    from gpuformer_lib import bench
+
+    step = adamw_step(n_params, implementation, device, n_tensors=n_tensors)
+    return bench.time_fn(step, device=device, warmup=2, repeats=repeats)
+
+
+def compare_adamw_steps(n_params: int, device="cpu", *, implementations=("foreach", "fused"), n_tensors: int = 8,
+                        **timing):
+    """Time AdamW steps of several ``implementations`` (the first is the baseline) over the same sizes with
+    ``bench.compare``, in interleaved rounds; returns its ``bench.Comparison`` per candidate, by name (the
+    verdict, not one run's ratio, says which was faster). ``timing`` goes to ``bench.time_interleaved``."""
+    from gpuformer_lib import bench
+
+    steps = {impl: adamw_step(n_params, impl, device, n_tensors=n_tensors) for impl in implementations}
+    return bench.compare(steps, device=device, **timing)

@@ -317,13 +317,14 @@ def transformer_layer_operations(tokens: int, width: int, heads: int, seq: int, 
 # --------------------------------------------------------------------------- a CPU's 16-bit code paths
 
 
-def cpu_matmul_paths(n: int = 256, *, repeats: int = 3) -> dict[str, float]:
-    """FLOP/s of an n x n x n product on the CPU in float32, bfloat16 and float16, each 16-bit format twice:
+def cpu_matmul_path_timings(n: int = 256, *, repeats: int = 5, max_seconds: float = 3.0) -> dict[str, bench.Timing]:
+    """Seconds of an n x n x n product on the CPU in float32, bfloat16 and float16, each 16-bit format twice:
     through oneDNN (PyTorch's CPU BLAS for 16-bit formats, which uses native bf16/fp16 instructions where the
-    CPU has them) and with oneDNN switched off (PyTorch's portable fallback GEMM). Shows that a slow 16-bit
-    product on a CPU is a property of the code path, not of the format."""
+    CPU has them) and with oneDNN switched off (PyTorch's portable fallback GEMM). The five paths are timed
+    in interleaved rounds (:func:`bench.time_interleaved`), so a page can compare any two of them with a
+    :class:`bench.Comparison` built from these timings."""
     _count("n", n)
-    rates: dict[str, float] = {}
+    fns = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         a = torch.randn(n, n, dtype=dtype)
         b = torch.randn(n, n, dtype=dtype)
@@ -331,9 +332,18 @@ def cpu_matmul_paths(n: int = 256, *, repeats: int = 3) -> dict[str, float]:
         paths = ((name, True),) if dtype == torch.float32 else ((f"{name} (oneDNN)", True),
                                                                  (f"{name} (fallback, oneDNN off)", False))
         for label, enabled in paths:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")  # irrelevant here
+            def product(a=a, b=b, enabled=enabled):
                 with torch.backends.mkldnn.flags(enabled=enabled):
-                    timing = bench.time_fn(lambda: a @ b, warmup=1, repeats=repeats, max_seconds=2.0)
-            rates[label] = bench.matmul_flops(n, n, n) / timing.median
-    return rates
+                    return a @ b
+
+            fns[label] = product
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")  # irrelevant here
+        return bench.time_interleaved(fns, warmup=1, repeats=max(repeats, 5), max_seconds=max_seconds)
+
+
+def cpu_matmul_paths(n: int = 256, *, repeats: int = 5) -> dict[str, float]:
+    """FLOP/s of each path of :func:`cpu_matmul_path_timings` (its median round). Shows that a slow 16-bit
+    product on a CPU is a property of the code path, not of the format."""
+    timings = cpu_matmul_path_timings(n, repeats=repeats)
+    return {label: bench.matmul_flops(n, n, n) / timing.median for label, timing in timings.items()}
