@@ -347,6 +347,10 @@ class QuantizationComparison:
     """(B, T) of the timed batch."""
     torch_warnings: tuple[str, ...]
     """What ``quantize_dynamic`` warned (deprecation) in this torch."""
+    comparisons: dict[str, bench.Comparison]
+    """The three forwards timed in interleaved rounds (:func:`gpuformer_lib.bench.time_interleaved`): "int8"
+    (torch's) and "own" (:class:`Int8Linear`) against float32, and "own vs int8" (ours against torch's int8, the
+    baseline). A page's words about which is faster come from their ``verdict`` and ``phrase()``."""
 
     @property
     def size_ratio(self) -> float:
@@ -376,12 +380,17 @@ class QuantizationComparison:
         return self.own_int8_loss - self.fp32_loss
 
 
+FLOAT32, TORCH_INT8, OWN_INT8 = "float32", "torch's dynamic int8", "our Int8Linear"
+"""The names :func:`compare_quantization` times the three forwards under (what a comparison's phrase says)."""
+
+
 def compare_quantization(model: nn.Module, heldout: Tensor, *, batch: int = 32, block: int = 64, threads: int = 1,
                          warmup: int = 3, repeats: int = 10, loss_batches: int = 4) -> QuantizationComparison:
     """Quantize ``model`` (a trained ``DecoderLM``; left unchanged) both ways and measure size
     (:func:`state_dict_bytes`), latency of a forward pass on one batch (B, T) = (``batch``, ``block``) of
-    held-out text (median of ``repeats`` after ``warmup``, all three on the same ids and ``threads``
-    threads) and held-out loss (:func:`heldout_loss`)."""
+    held-out text (the three timed in interleaved rounds by :func:`gpuformer_lib.bench.time_interleaved`, at
+    least ``repeats`` of them after ``warmup``, all on the same ids and ``threads`` threads; medians) and
+    held-out loss (:func:`heldout_loss`)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     model.eval()
@@ -389,15 +398,22 @@ def compare_quantization(model: nn.Module, heldout: Tensor, *, batch: int = 32, 
     own_int8 = quantize_model(model)
     ids = lm_blocks(heldout, batch, block, seed=2 * 10**6)[:, :-1]  # (B, T)
     with torch.no_grad(), bench.torch_threads(threads):
-        times = {name: bench.time_fn(lambda m=m: m(ids), warmup=warmup, repeats=repeats).median * 1e3
-                 for name, m in (("fp32", model), ("int8", torch_int8), ("own", own_int8))}
+        timings = bench.time_interleaved({name: (lambda m=m: m(ids)) for name, m in
+                                          ((FLOAT32, model), (TORCH_INT8, torch_int8), (OWN_INT8, own_int8))},
+                                         warmup=warmup, repeats=repeats)
+    times = {name: timings[label].median * 1e3 for name, label in
+             (("fp32", FLOAT32), ("int8", TORCH_INT8), ("own", OWN_INT8))}
+    comparisons = {"int8": bench.Comparison(FLOAT32, TORCH_INT8, timings),
+                   "own": bench.Comparison(FLOAT32, OWN_INT8, timings),
+                   "own vs int8": bench.Comparison(TORCH_INT8, OWN_INT8, timings)}
     losses = {name: heldout_loss(m, heldout, batches=loss_batches, batch=batch, block=block)
               for name, m in (("fp32", model), ("int8", torch_int8), ("own", own_int8))}
     return QuantizationComparison(
         fp32_bytes=state_dict_bytes(model), int8_bytes=state_dict_bytes(torch_int8),
         own_int8_bytes=state_dict_bytes(own_int8), fp32_ms=times["fp32"], int8_ms=times["int8"],
         own_int8_ms=times["own"], fp32_loss=losses["fp32"], int8_loss=losses["int8"], own_int8_loss=losses["own"],
-        quantized_share=linear_share(model), threads=threads, input_shape=(batch, block), torch_warnings=texts)
+        quantized_share=linear_share(model), threads=threads, input_shape=(batch, block), torch_warnings=texts,
+        comparisons=comparisons)
 
 
 # --------------------------------------------------------------------------- distillation

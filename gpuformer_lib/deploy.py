@@ -253,11 +253,14 @@ class OnnxComparison:
     """The execution provider that ran it."""
     path: str
     """Where the file is."""
+    comparison: bench.Comparison
+    """Eager (the baseline) against "ONNX Runtime", timed in interleaved rounds (:func:`gpuformer_lib.bench.compare`):
+    a page's words about which is faster come from its ``verdict`` and ``phrase()``."""
 
     @property
     def speedup(self) -> float:
         """Eager time / ONNX Runtime time: above 1 means ONNX Runtime is faster."""
-        return bench.speedup(self.eager_ms, self.ort_ms)
+        return self.comparison.speedup
 
     @property
     def within_tolerance(self) -> bool:
@@ -270,8 +273,9 @@ def compare_onnx(model: nn.Module, inputs: Sequence[Tensor], *, path: str | Path
                  ) -> OnnxComparison:
     """Export ``model`` to ONNX (unless ``path`` names a file already written from it), run it with ONNX
     Runtime on every batch of ``inputs`` (token ids (B, T), two or more shapes to show the dynamic
-    dimensions), compare with eager, and time both on ``inputs[0]``: ``warmup`` untimed calls, then the
-    median of ``repeats``, PyTorch and ONNX Runtime both on ``threads`` CPU threads. ``program`` reuses an
+    dimensions), compare with eager, and time both on ``inputs[0]`` through :func:`gpuformer_lib.bench.compare`:
+    ``warmup`` untimed calls of each, then at least ``repeats`` interleaved rounds (medians), PyTorch and ONNX
+    Runtime both on ``threads`` CPU threads. ``program`` reuses an
     exported program from :func:`export_program`. Raises if the difference exceeds ``tolerance``."""
     require_onnx()
     if not isinstance(model, nn.Module):
@@ -295,9 +299,11 @@ def compare_onnx(model: nn.Module, inputs: Sequence[Tensor], *, path: str | Path
             raise AssertionError(f"ONNX Runtime differs from eager by {diff:.3g}, more than the tolerance "
                                  f"{tolerance:.3g}: the export changed the computation")
         ids = inputs[0]
-        eager = bench.time_fn(lambda: model(ids), warmup=warmup, repeats=repeats)
-        ort_time = bench.time_fn(lambda: run_ort(session, ids), warmup=warmup, repeats=repeats)
+        comparison = bench.compare({"eager": lambda: model(ids), "ONNX Runtime": lambda: run_ort(session, ids)},
+                                   warmup=warmup, repeats=repeats)["ONNX Runtime"]
+        eager, ort_time = comparison.timings["eager"], comparison.timings["ONNX Runtime"]
     return OnnxComparison(shapes=tuple((int(i.shape[0]), int(i.shape[1])) for i in inputs), max_abs_diff=diff,
                           tolerance=tolerance, eager_ms=eager.median * 1e3, ort_ms=ort_time.median * 1e3,
                           threads=threads, repeats=repeats, file_bytes=Path(path).stat().st_size,
-                          opset=onnx_opset(path), provider=session.get_providers()[0], path=str(path))
+                          opset=onnx_opset(path), provider=session.get_providers()[0], path=str(path),
+                          comparison=comparison)

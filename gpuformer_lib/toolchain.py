@@ -574,18 +574,27 @@ class CompileCost:
 
     compile_s: float
     """Seconds of the first compiled call (cold caches) minus one compiled call: the price of compiling."""
-    eager_s: float
-    """Median seconds per eager call."""
-    compiled_s: float
-    """Median seconds per compiled call, timed interleaved with the eager calls."""
+    comparison: bench.Comparison
+    """Eager (the baseline) against compiled, timed in interleaved rounds by :func:`gpuformer_lib.bench.compare`:
+    its ``verdict`` and ``phrase()`` are what a page says of the two."""
     break_even_calls: int | None
-    """Calls after which compiling has paid for itself; None when compiled is not faster."""
+    """Calls after which compiling has paid for itself; None unless ``comparison.verdict`` is "faster"."""
     reason: str
     """Why there is no break-even, or how it was computed."""
 
     @property
+    def eager_s(self) -> float:
+        """Median seconds per eager call."""
+        return self.comparison.timings["eager"].median
+
+    @property
+    def compiled_s(self) -> float:
+        """Median seconds per compiled call, timed interleaved with the eager calls."""
+        return self.comparison.timings["compiled"].median
+
+    @property
     def speedup(self) -> float:
-        return bench.speedup(self.eager_s, self.compiled_s)
+        return self.comparison.speedup
 
 
 def break_even_calls(compile_s: float, eager_s: float, compiled_s: float) -> tuple[int | None, str]:
@@ -607,16 +616,17 @@ def _device_of(args: Sequence[Any]) -> torch.device | None:
 
 
 def compile_cost(fn: Callable[..., Any], *args: Any, repeats: int = 7, number: int = 20,
-                 backend: str = "inductor") -> CompileCost:
-    """Measure ``torch.compile(fn, backend=backend)`` on ``args``: a cold compile (fresh caches, :func:`cold_compile_caches`), then
-    eager and compiled time per call, ``repeats`` rounds of ``number`` calls each, eager and compiled interleaved
-    in every round so load on the machine hits both alike; medians. Dynamo's cache is reset on exit. ``backend``:
+                 backend: str = "inductor", max_seconds: float | None = None) -> CompileCost:
+    """Measure ``torch.compile(fn, backend=backend)`` on ``args``: a cold compile (fresh caches,
+    :func:`cold_compile_caches`), then eager against compiled through :func:`gpuformer_lib.bench.compare`:
+    interleaved rounds (at least ``repeats``, 5 or more, more while the spread is wide, up to ``max_seconds``) of
+    ``number`` calls each, so load on the machine hits both alike. Dynamo's cache is reset on exit. ``backend``:
     "inductor" (generated kernels) or a cheaper one ("eager": Dynamo's capture only) to see what capture costs."""
     if not callable(fn):
         raise TypeError(f"compile_cost needs a function, not {type(fn).__name__}")
-    for name, value in (("repeats", repeats), ("number", number)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, not {value!r}")
+    for name, value, least in (("repeats", repeats, 5), ("number", number, 1)):
+        if not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, not {value!r}")
     device = _device_of(args)
     with cold_compile_caches():
         compiled = torch.compile(fn, backend=backend)
@@ -624,21 +634,16 @@ def compile_cost(fn: Callable[..., Any], *args: Any, repeats: int = 7, number: i
         compiled(*args)
         bench.synchronize(device)
         first = time.perf_counter() - start
-        fn(*args)  # warm-up of the eager path
-        eager, comp = [], []
-        for _ in range(repeats):
-            for f, times in ((fn, eager), (compiled, comp)):
-                bench.synchronize(device)
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    f(*args)
-                bench.synchronize(device)
-                times.append((time.perf_counter() - t0) / number)
-    eager_s, compiled_s = statistics.median(eager), statistics.median(comp)
+        comparison = bench.compare({"eager": lambda: fn(*args), "compiled": lambda: compiled(*args)},
+                                   device=device, warmup=1, repeats=repeats, number=number,
+                                   max_seconds=max_seconds)["compiled"]
+    compiled_s = comparison.timings["compiled"].median
     compile_s = max(first - compiled_s, 0.0)
-    calls, reason = break_even_calls(compile_s, eager_s, compiled_s)
-    return CompileCost(compile_s=compile_s, eager_s=eager_s, compiled_s=compiled_s, break_even_calls=calls,
-                       reason=reason)
+    if comparison.verdict == "faster":
+        calls, reason = break_even_calls(compile_s, comparison.timings["eager"].median, compiled_s)
+    else:  # a tie or a loss: no saving that the rounds' spread leaves standing, so no break-even
+        calls, reason = None, f"compiled was {comparison.phrase()}: the compile never pays back"
+    return CompileCost(compile_s=compile_s, comparison=comparison, break_even_calls=calls, reason=reason)
 
 
 def cuda_graphs_compile(model: torch.nn.Module, device: torch.device | str) -> torch.nn.Module:
@@ -916,7 +921,7 @@ class ToolSizes:
     width: int
     """Its width C."""
     compile_repeats: int
-    """Interleaved rounds of :func:`compile_cost`."""
+    """Interleaved rounds of :func:`compile_cost` (at least 5: :func:`gpuformer_lib.bench.compare`)."""
     compile_number: int
     """Calls per round."""
     teacher_steps: int
@@ -926,7 +931,7 @@ class ToolSizes:
     batch: int
     """Sequences of 64 characters per batch (training, timing, held-out loss)."""
     timing_repeats: int
-    """Repeats of each export and quantization timing."""
+    """Interleaved rounds of the export and quantization comparisons (at least 5)."""
     determinism_steps: int
     """Training steps per run of :func:`determinism_check`."""
     teacher_lr: float = 1.2e-2
@@ -954,11 +959,11 @@ def tool_sizes(on_gpu: bool, toy: bool) -> ToolSizes:
     the training set's character frequencies (:func:`gpuformer_lib.compression.unigram_loss`). The
     distillation's sizes are ``compression.translator_distillation_plan``'s."""
     if toy:
-        return ToolSizes(rows=64, width=128, compile_repeats=3, compile_number=5, teacher_steps=10, teacher_batch=8,
-                         batch=8, timing_repeats=3, determinism_steps=3, graphs_steps=2)
+        return ToolSizes(rows=64, width=128, compile_repeats=5, compile_number=5, teacher_steps=10, teacher_batch=8,
+                         batch=8, timing_repeats=5, determinism_steps=3, graphs_steps=2)
     rows, width = (4096, 4096) if on_gpu else (256, 512)
-    return ToolSizes(rows=rows, width=width, compile_repeats=5, compile_number=20, teacher_steps=180,
-                     teacher_batch=8, batch=16, timing_repeats=5, determinism_steps=12)
+    return ToolSizes(rows=rows, width=width, compile_repeats=7, compile_number=20, teacher_steps=180,
+                     teacher_batch=8, batch=16, timing_repeats=7, determinism_steps=12)
 
 
 # --------------------------------------------------------------------------- weight-only quantization, predicted

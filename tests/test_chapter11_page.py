@@ -51,12 +51,32 @@ def test_the_cost_model_sentence_is_chosen_from_the_values(cells):
 
 def test_no_efficiency_above_100_percent_and_each_printed_one_checked(cells):
     code = pages.text(cells, "code")
-    assert code.count("bench.check_fraction(") >= 2  # measured and predicted
-    assert 'run["compute_share"]' in code  # a part of one step over the whole: cannot exceed 1 by noise
+    # the predicted efficiency is checked; the measured one is t1 / tN of two medians (weak_scaling), which on a
+    # GPU, where the all-reduce can hide, may come out at 100 % within the rounds' spread
+    assert code.count("bench.check_fraction(") >= 1
+    assert "distributed.weak_scaling(" in code and "distributed.comparisons_from_rounds(" in code
     for match in re.finditer(r"(\d+(?:\.\d+)?)\s*%", _outputs(cells)):
         context = _outputs(cells)[max(0, match.start() - 80): match.end()]
         if "efficien" in context or "kept" in context:
             assert float(match.group(1)) <= 100, context
+
+
+def test_weak_scaling_efficiency_is_t1_over_tn_of_the_printed_steps(cells):
+    """The review of 2026-11-27: 'efficiency 74 % (speedup 1.47x on 2)' beside 13.5 ms without communication and
+    25.2 ms with an all-reduce after backward (t1 / tN = 54 %, 1.07x): the efficiency was a share of the step,
+    not t1 / tN. Here both come from the printed step times."""
+    text = _outputs(cells)
+    ms = dict(re.findall(r"^(no communication|all-reduce after backward|DDP)\s*:\s*([\d.]+) ms per step", text, re.M))
+    m = re.search(r"weak-scaling efficiency t1 / tN: all-reduce after backward (\d+)% \(speedup ([\d.]+)x on (\d+)\), "
+                  r"DDP (\d+)% \(speedup ([\d.]+)x on \d+\)", text)
+    assert m and len(ms) == 3, text[:500]
+    n = int(m.group(3))
+    t1 = float(ms["no communication"])
+    for name, eff, speed in (("all-reduce after backward", 1, 2), ("DDP", 4, 5)):
+        expected = t1 / float(ms[name])
+        assert abs(int(m.group(eff)) / 100 - expected) <= 0.011, (name, m.group(0))
+        assert abs(float(m.group(speed)) - n * expected) <= 0.02 * n, (name, m.group(0))
+    assert f"{int(m.group(1))}%" == pages.glued(cells)["measured_eff"]
 
 
 def test_the_token_count_is_all_reduced_and_naive_dp_accumulates(cells):

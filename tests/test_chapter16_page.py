@@ -21,12 +21,6 @@ def _ran_on_gpu() -> bool:
     return str(meta.get("hardware", {}).get("device", "cpu")).startswith("cuda")
 
 
-def _ratio_word(value: float, words=("faster than", "slower than", "about as fast as")) -> set[str]:
-    """The words the page's rule gives a ratio printed to two decimals (either side of a rounding boundary)."""
-    rule = lambda v: words[0] if v >= 1.1 else words[1] if v <= 1 / 1.1 else words[2]
-    return {rule(v) for v in (value - 0.005, value, value + 0.005)}
-
-
 def test_every_glued_value_is_used_and_every_used_one_is_glued(cells):
     pages.assert_glues_match(cells)
 
@@ -74,21 +68,36 @@ def test_one_generated_kernel_is_shown(cells):
     assert f"one {language} kernel of {g['kernel_lines']} lines" in text
     assert ("Triton" if _ran_on_gpu() else "C++") in g["kernel_language"]
     assert ("@triton.jit" in text or "tl.store" in text) if _ran_on_gpu() else "Vectorized<float>" in text
-    assert "assert len(code.kernels) == 1" in pages.text(cells, "code")
+    # the fusion is checked by what one kernel does (normalise and GELU), not by Inductor's kernel count
+    assert 'fused = [k for k in code.kernels if "sqrt" in k and "erf" in k]' in pages.text(cells, "code")
+    assert "len(code.kernels) == 1" not in pages.text(cells, "code")
+
+
+def _phrase_agrees(words: str, speedup: float, baseline: str) -> bool:
+    """A ``bench.Comparison.phrase()`` of ``speedup`` against ``baseline``: its factor is the printed speedup
+    (either way up), and a tie says it is one."""
+    tie = re.fullmatch(rf"no faster or slower than {re.escape(baseline)} that we can see \(([\d.]+)x, within the "
+                       r"spread of the rounds\)", words)
+    if tie:
+        return abs(float(tie.group(1)) - speedup) <= 0.011
+    m = re.fullmatch(rf"([\d.]+)x (faster|slower) than {re.escape(baseline)}", words)
+    return bool(m) and abs(float(m.group(1)) - (speedup if m.group(2) == "faster" else 1 / speedup)) <= 0.011 * max(
+        speedup, 1 / speedup) and (m.group(2) == "faster") == (speedup > 1)
 
 
 def test_compile_cost_verdicts_agree_with_the_measured_times(cells):
     g = pages.glued(cells)
-    speedup = float(g["compile_speedup"].rstrip("x"))
-    assert g["compile_words"] in _ratio_word(speedup)
     eager, compiled = (float(g[k].split()[0].replace(",", "")) for k in ("eager_us", "compiled_us"))
-    assert abs(eager / compiled - speedup) < 0.05 * speedup
-    # a break-even exists exactly when the compiled call is faster
-    assert ("never pays" in g["break_even_words"]) == (compiled >= eager), g["break_even_words"]
+    speedup = eager / compiled  # the printed medians (whole microseconds)
+    assert _phrase_agrees(g["compile_words"], speedup, "eager"), g["compile_words"]
+    assert "cost.comparison.phrase()" in pages.text(cells, "code")
+    # a break-even exists exactly when the rounds found the compiled call faster
+    faster = " faster than eager" in g["compile_words"]
+    assert ("never pays" in g["break_even_words"]) == (not faster), g["break_even_words"]
     reading = g["compile_reading"]
     if not _ran_on_gpu():
-        assert ("lost to eager" in reading) == (g["compile_words"] == "slower than")
-        assert ("saved a pass" in reading) == (g["compile_words"] == "faster than")
+        assert ("lost to eager" in reading) == (" slower than eager" in g["compile_words"])
+        assert ("saved a pass" in reading) == faster
     assert float(g["compile_s"].split()[0]) > 0 and float(g["fusion_predicted"].rstrip("x")) > 1.5
 
 
@@ -108,23 +117,24 @@ def test_onnx_runtime_agrees_with_eager_and_the_speed_words_follow_the_times(cel
     g = pages.glued(cells)
     assert float(g["onnx_diff"]) <= float(g["onnx_tolerance"]) and float(g["export_diff"]) <= float(g["onnx_tolerance"])
     ratio = float(g["eager_ms"].split()[0]) / float(g["ort_ms"].split()[0])
-    assert abs(ratio - float(g["ort_speedup"].rstrip("x"))) < 0.02 * ratio
-    assert g["ort_words"] in _ratio_word(float(g["ort_speedup"].rstrip("x")))
+    assert _phrase_agrees(g["ort_words"], ratio, "eager"), g["ort_words"]
+    assert "onnx.comparison.phrase()" in pages.text(cells, "code")
     assert "within_tolerance" in pages.text(cells, "code")
 
 
 def test_quantization_and_distillation_words_follow_the_values(cells):
     g = pages.glued(cells)
     text = pages.outputs(cells)
-    assert g["int8_words"] in _ratio_word(float(g["int8_speedup"].rstrip("x")))
     ms = dict(re.findall(r"^(float32|torch dynamic int8|Int8Linear \(ours\))\s+[\d.]+ MiB\s+([\d.]+) ms", text, re.M))
     ours = float(ms["Int8Linear (ours)"])
-    assert g["own_words"] in _ratio_word(float(ms["float32"]) / ours)
-    assert g["own_torch_words"] == ("slower than" if float(ms["torch dynamic int8"]) / ours <= 1 / 1.1
-                                    else "not slower than") or abs(float(ms["torch dynamic int8"]) / ours - 1 / 1.1) < 0.01
+    assert _phrase_agrees(g["int8_words"], float(ms["float32"]) / float(ms["torch dynamic int8"]), "float32")
+    assert _phrase_agrees(g["own_words"], float(ms["float32"]) / ours, "float32"), g["own_words"]
+    assert _phrase_agrees(g["own_torch_words"], float(ms["torch dynamic int8"]) / ours, "torch's dynamic int8")
     pattern = r"^(float32|torch dynamic int8)\s+([\d.]+) MiB\s+[\d.]+ ms\s+([\d.]+)$"
     rows = {name: (float(mib), float(loss)) for name, mib, loss in re.findall(pattern, text, re.M)}
-    assert abs(rows["float32"][0] / rows["torch dynamic int8"][0] - float(g["size_ratio"].rstrip("x"))) < 0.05
+    # exercise 16.1 asks for the checkpoint's shrink: the prose above it must not give the number
+    assert "size_ratio" not in pages.glued(cells) and "shrinks by less than 4x" in pages.text(cells, "markdown")
+    assert rows["float32"][0] / rows["torch dynamic int8"][0] < 4
     change = rows["torch dynamic int8"][1] - rows["float32"][1]
     if abs(change) > 0.0101 or abs(change) < 0.0099:  # printed to 4 decimals: near 0.01 either word may be right
         assert g["int8_loss_words"].startswith("worse" if change > 0.01 else "better" if change < -0.01 else

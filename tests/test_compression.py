@@ -11,6 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fake_clock import FakeClock
+
+from gpuformer_lib import bench
 from gpuformer_lib import compression as C
 from gpuformer_lib.model import DecoderLM, TransformerConfig
 
@@ -107,13 +110,25 @@ def test_quantized_models_close_to_fp32_and_smaller(lm):
 
 def test_compare_quantization_result(lm):
     stream = torch.randint(0, VOCAB, (2000,), generator=_gen(4))
-    result = C.compare_quantization(lm, stream, batch=4, block=32, warmup=1, repeats=3, loss_batches=1)
+    result = C.compare_quantization(lm, stream, batch=4, block=32, warmup=1, repeats=5, loss_batches=1)
     assert result.size_ratio == pytest.approx(result.fp32_bytes / result.int8_bytes) and result.size_ratio > 1.5
     assert result.own_size_ratio > 1.5
     assert result.speedup == pytest.approx(result.fp32_ms / result.int8_ms)
     assert abs(result.loss_change) < 0.05 and abs(result.own_loss_change) < 0.05
     assert result.loss_change == pytest.approx(result.int8_loss - result.fp32_loss)
     assert result.threads == 1 and result.input_shape == (4, 32)
+    assert {k: (c.baseline, c.candidate) for k, c in result.comparisons.items()} == {
+        "int8": (C.FLOAT32, C.TORCH_INT8), "own": (C.FLOAT32, C.OWN_INT8), "own vs int8": (C.TORCH_INT8, C.OWN_INT8)}
+    assert result.comparisons["int8"].speedup == pytest.approx(result.speedup)
+
+
+def test_quantization_timing_goes_through_the_interleaved_helper(lm, monkeypatch):
+    # every timed forward lasts one tick of a fake clock: equal times, so every verdict must be a tie
+    monkeypatch.setattr(bench, "time", FakeClock(tick=1e-3))
+    stream = torch.randint(0, VOCAB, (2000,), generator=_gen(4))
+    result = C.compare_quantization(lm, stream, batch=4, block=32, warmup=1, repeats=5, loss_batches=1)
+    assert result.fp32_ms == result.int8_ms == result.own_int8_ms == pytest.approx(1.0)
+    assert all(len(c.ratios) == 5 and c.verdict == "no difference we can see" for c in result.comparisons.values())
 
 
 def test_int8_errors():

@@ -9,7 +9,9 @@ import sys
 import pytest
 import torch
 
-from gpuformer_lib import deploy
+from fake_clock import FakeClock
+
+from gpuformer_lib import bench, deploy
 from gpuformer_lib.model import DecoderLM, TransformerConfig
 
 try:
@@ -65,7 +67,7 @@ def test_static_export_refuses_another_shape(lm):
 
 @needs_onnx
 def test_onnx_runtime_matches_eager_on_two_shapes_and_times_both(lm, onnx_file):
-    result = deploy.compare_onnx(lm, [_ids(4, 16, 4), _ids(2, 9, 5)], path=onnx_file, warmup=1, repeats=3)
+    result = deploy.compare_onnx(lm, [_ids(4, 16, 4), _ids(2, 9, 5)], path=onnx_file, warmup=1, repeats=5)
     assert result.shapes == ((4, 16), (2, 9))
     assert result.within_tolerance and result.max_abs_diff <= deploy.ONNX_TOLERANCE
     # the comparison can fail: a changed model is far outside the tolerance
@@ -77,6 +79,16 @@ def test_onnx_runtime_matches_eager_on_two_shapes_and_times_both(lm, onnx_file):
     assert result.provider == "CPUExecutionProvider" and result.threads == 1
     assert result.file_bytes == onnx_file.stat().st_size > 4 * sum(p.numel() for p in lm.parameters()) * 0.9
     assert result.opset >= 18
+    assert result.comparison.baseline == "eager" and result.comparison.candidate == "ONNX Runtime"
+
+
+@needs_onnx
+def test_onnx_timing_goes_through_the_interleaved_helper(lm, onnx_file, monkeypatch):
+    # every timed call lasts one tick of a fake clock: equal times, so the verdict must be a tie, from 5 rounds
+    monkeypatch.setattr(bench, "time", FakeClock(tick=1e-3))
+    result = deploy.compare_onnx(lm, [_ids(4, 16, 4)], path=onnx_file, warmup=1, repeats=5)
+    assert result.eager_ms == pytest.approx(1.0) and result.ort_ms == pytest.approx(1.0)
+    assert len(result.comparison.ratios) == 5 and result.comparison.verdict == "no difference we can see"
 
 
 @needs_onnx

@@ -163,6 +163,30 @@ def test_launch_arguments_are_checked_before_anything_starts(monkeypatch, tmp_pa
     assert "--nproc_per_node=3" in started[0]
 
 
+def test_weak_scaling_efficiency_is_t1_over_tn():
+    """Chapter 11's review: 13.5 ms without communication, 25.2 ms with an all-reduce after backward on 2
+    processes was printed as 'efficiency 74 % (speedup 1.47x on 2)'; weak scaling's efficiency is t1 / tN."""
+    speed, efficiency = D.weak_scaling(13.5e-3, 25.2e-3, 2)
+    assert efficiency == pytest.approx(13.5 / 25.2) and speed == pytest.approx(2 * 13.5 / 25.2)
+    assert round(speed, 2) == 1.07 and round(efficiency, 2) == 0.54
+    assert D.weak_scaling(1.0, 1.0, 8) == (8.0, 1.0)  # free communication: N times the work per second
+    with pytest.raises(ValueError):
+        D.weak_scaling(0.0, 1.0, 2)
+
+
+def test_comparisons_from_a_workers_rounds():
+    rounds = {"a": [1.0] * 6, "b": [2.0] * 6, "c": [1.0, 1.0, 1.01, 0.99, 1.0, 1.0]}
+    found = D.comparisons_from_rounds(rounds, "a", warmup=1)
+    assert set(found) == {"b", "c"} and found["b"].speedup == 0.5 and found["b"].verdict == "slower"
+    assert found["c"].verdict == "no difference we can see" and found["b"].ratios == (0.5,) * 6
+    with pytest.raises(ValueError, match="baseline"):
+        D.comparisons_from_rounds(rounds, "z")
+    with pytest.raises(ValueError, match="at least 5"):
+        D.comparisons_from_rounds({"a": [1.0] * 4, "b": [1.0] * 4}, "a")
+    with pytest.raises(ValueError, match="same rounds"):
+        D.comparisons_from_rounds({"a": [1.0] * 6, "b": [1.0] * 5}, "a")
+
+
 def test_cost_models():
     speed, efficiency = D.scaling(10.0, 2.7, 4)  # the first seed's 10 h -> 2.7 h on 4 GPUs
     assert round(speed, 1) == 3.7 and round(efficiency, 2) == 0.93

@@ -54,7 +54,12 @@ def test_zero3_memory_adds_the_gathered_layers_to_the_calculators_shards():
                            shard_gradients=8, shard_optimizer=8)
     assert z.sharded_states == pytest.approx(calc.weights + calc.gradients + calc.optimizer + calc.master_weights,
                                              rel=1e-6)  # chapter 9's calculator: 2 + 2 + 8 + 4 bytes, each / 8
-    assert z.plain_ddp_states == 16 * n and z.gathered_layers == 2 * 2 * layer and z.gradient_buffer == 2 * layer
+    # the gradient buffer is in reduce_dtype: float32 by default, as chapter 12 recommends (the review of
+    # 2026-11-27 found it sized in bf16); bf16 only when asked
+    assert z.plain_ddp_states == 16 * n and z.gathered_layers == 2 * 2 * layer and z.gradient_buffer == 4 * layer
+    assert C.zero3_rank_bytes(n, layer, 8, reduce_bytes=2).gradient_buffer == 2 * layer
+    with pytest.raises(ValueError, match="reduce_bytes"):
+        C.zero3_rank_bytes(n, layer, 8, reduce_bytes=1)
     assert 100e9 < z.plain_ddp_states < 120e9 and 13e9 < z.total < 16e9  # the review's 112 GB against ~14 GB
 
 

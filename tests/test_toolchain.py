@@ -10,6 +10,9 @@ import time
 import pytest
 import torch
 
+from fake_clock import FakeClock
+
+from gpuformer_lib import bench
 from gpuformer_lib import toolchain as tc
 
 
@@ -197,12 +200,26 @@ def test_break_even_arithmetic():
 
 def test_compile_cost_times_both_paths_and_agrees_with_its_parts():
     x = torch.randn(16, 16)
-    cost = tc.compile_cost(without_a_break, x, repeats=3, number=2, backend="eager")
+    cost = tc.compile_cost(without_a_break, x, repeats=5, number=2, backend="eager")
     assert cost.compile_s >= 0 and cost.eager_s > 0 and cost.compiled_s > 0
     assert cost.speedup == pytest.approx(cost.eager_s / cost.compiled_s)
-    assert (cost.break_even_calls, cost.reason) == tc.break_even_calls(cost.compile_s, cost.eager_s, cost.compiled_s)
+    assert (cost.comparison.baseline, cost.comparison.candidate) == ("eager", "compiled")
+    if cost.comparison.verdict == "faster":
+        assert (cost.break_even_calls, cost.reason) == tc.break_even_calls(cost.compile_s, cost.eager_s,
+                                                                           cost.compiled_s)
+    else:
+        assert cost.break_even_calls is None and "never pays" in cost.reason
     with pytest.raises(ValueError, match="repeats"):
-        tc.compile_cost(without_a_break, x, repeats=0)
+        tc.compile_cost(without_a_break, x, repeats=3)
+
+
+def test_compile_cost_times_through_the_interleaved_helper_and_a_tie_never_pays(monkeypatch):
+    # every timed round lasts one tick of a fake clock: equal times, a tie, so no break-even is claimed
+    monkeypatch.setattr(bench, "time", FakeClock(tick=1e-3))
+    cost = tc.compile_cost(without_a_break, torch.randn(16, 16), repeats=5, number=2, backend="eager")
+    assert len(cost.comparison.ratios) == 5 and cost.comparison.verdict == "no difference we can see"
+    assert cost.eager_s == cost.compiled_s == pytest.approx(0.5e-3)  # one tick over 2 calls
+    assert cost.break_even_calls is None and "never pays" in cost.reason
 
 
 def test_cuda_graphs_speedup_refuses_a_cpu_and_rehearses_the_loop(monkeypatch):

@@ -124,13 +124,13 @@ def check_tp_bytes_prediction(predicted, measured: float, rows: int, width: int,
                    "layer, in every layer, which is why tensor parallel stays on NVLink."))
 
 
-def check_bubble_prediction(predicted, measured: float, stages: int, micro_batches: int) -> CheckResult:
+def check_bubble_prediction(predicted, measured: float | None, stages: int, micro_batches: int) -> CheckResult:
     """Predict the share of a GPipe step each stage idles, in percent (30 for 30 %). Graded against the
     fill-and-drain formula (p - 1) / (m + p - 1), within rounding; the usual mistakes get their own hints:
     the naive placement's (p - 1) / p, the idle time over the busy time (p - 1) / m, the busy share
     m / (m + p - 1), and a fraction where a percent was asked. ``measured`` (the idle share, a fraction, the
     gloo run measured) is shown beside the model, not graded: on shared CPU cores a run idles more than the
-    formula, and its timing could pass a wrong model."""
+    formula, and its timing could pass a wrong model. ``measured=None`` where no run measured that setting."""
     p, m = stages, micro_batches
     bubble = 100 * (p - 1) / (m + p - 1)
     wrong = {
@@ -151,7 +151,9 @@ def check_bubble_prediction(predicted, measured: float, stages: int, micro_batch
         too_high=f"A stage idles p - 1 slots of m + p - 1: ({p} - 1) / ({m} + {p} - 1).",
         too_low=("The fill-and-drain bubble: the last stage waits for the first micro-batch and the first stage for "
                  "the last gradient, p - 1 slots of m + p - 1."),
-        measured=100 * measured, measured_by="The run of section 12.1 idled",
-        why_close=("A run idles more than the formula: every hand-over pays a message latency (chapter 11's alpha) "
-                   "and smaller micro-batches compute less efficiently, neither of which it counts."))
+        measured=None if measured is None else 100 * measured,
+        measured_by="" if measured is None else "The run of section 12.1 idled",
+        why_close="" if measured is None else (
+            "A run idles more than the formula: every hand-over pays a message latency (chapter 11's alpha) "
+            "and smaller micro-batches compute less efficiently, neither of which it counts."))
 

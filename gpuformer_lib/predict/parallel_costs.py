@@ -101,7 +101,7 @@ class Zero3Memory:
 
     sharded_states: int  #: weights, gradients and optimizer state, each 1/N of the whole
     gathered_layers: int  #: the layer being computed and the prefetched next one, unsharded weights
-    gradient_buffer: int  #: one layer's unsharded gradient, before its reduce-scatter
+    gradient_buffer: int  #: one layer's unsharded gradient, before its reduce-scatter, in reduce_dtype
     plain_ddp_states: int  #: the same states unsharded (16 bytes per parameter), for comparison
 
     @property
@@ -110,14 +110,20 @@ class Zero3Memory:
 
 
 def zero3_rank_bytes(n_params: int, layer_params: int, world_size: int, *, state_bytes: int = 16,
-                     compute_bytes: int = 2, prefetched_layers: int = 1) -> Zero3Memory:
+                     compute_bytes: int = 2, prefetched_layers: int = 1, reduce_bytes: int = 4) -> Zero3Memory:
     """Model-state bytes one rank holds at its peak under ZeRO-3 (activations not included: ZeRO does not
-    shard them). ``layer_params``: parameters of the largest FSDP unit (one Transformer layer)."""
+    shard them). ``layer_params``: parameters of the largest FSDP unit (one Transformer layer). The gathered
+    layers are in the compute dtype (``compute_bytes``: FSDP2's ``param_dtype``, bf16); the unsharded gradient
+    before its reduce-scatter is in ``reduce_dtype`` (``reduce_bytes``): 4 for float32, which chapter 12
+    recommends (``MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)``), 2 when the
+    gradients are reduced in bf16."""
     if min(n_params, layer_params, world_size) < 1:
         raise ValueError("n_params, layer_params and world_size must be >= 1")
+    if reduce_bytes not in (2, 4):
+        raise ValueError(f"reduce_bytes is 4 (float32) or 2 (bf16/fp16), got {reduce_bytes!r}")
     return Zero3Memory(sharded_states=math.ceil(state_bytes * n_params / world_size),
                        gathered_layers=(1 + prefetched_layers) * layer_params * compute_bytes,
-                       gradient_buffer=layer_params * compute_bytes,
+                       gradient_buffer=layer_params * reduce_bytes,
                        plain_ddp_states=state_bytes * n_params)
 
 

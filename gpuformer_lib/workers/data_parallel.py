@@ -334,15 +334,14 @@ def allreduce(env, device, repeats=10):
                          "ring_correct": bool(torch.allclose(mine, expected)), "hierarchical_correct": hierarchical})
 
 
-def scaling(env, device, repeats=7, per_rank_batch=4):
-    """The cost of data parallel's all-reduce, measured in one launch: each rank times, interleaved, (a) its
-    step without communication (the same model, batch and optimizer), (b) the same step followed by an
-    all-reduce of every gradient (``average_gradients``: nothing hidden), whose all-reduce is also timed on
-    its own inside the step, and (c) DDP's step (buckets all-reduced during backward). The share of (b)'s
-    step not spent in its all-reduce is the efficiency: a part of the same step over the whole, so it
-    cannot exceed 1 whatever the machine's load (two separate timings could). The median over repeats
-    is taken, and of the ranks the one that waited least in the all-reduce (the slowest to compute: the
-    others' extra wait is load imbalance, not communication)."""
+def scaling(env, device, repeats=7, per_rank_batch=4, warmup=1):
+    """The cost of data parallel's all-reduce, measured in one launch: (a) a step without communication (the
+    same model, batch and optimizer: what one process alone does, t1), (b) the same step followed by an
+    all-reduce of every gradient (``average_gradients``: nothing hidden), whose all-reduce is also timed inside
+    the step, and (c) DDP's step (buckets all-reduced during backward), timed in interleaved rounds by
+    ``bench.time_interleaved`` (a fixed number of rounds, so that every rank runs the same collectives). Each
+    timed step ends in a barrier, so every rank's time is the slowest rank's step: a step is as slow as its
+    slowest rank. Weak scaling's efficiency is t1 / tN, (a)'s time over (b)'s or (c)'s, round by round."""
     config = TransformerConfig(vocab_size=256, d_model=128, n_heads=4, n_decoder_layers=2, d_ff=512, dropout=0.0,
                                max_len=64)
     x, y = data.repeating_patterns(env.rank, 256, batch_size=per_rank_batch, seq_len=64)
@@ -368,33 +367,31 @@ def scaling(env, device, repeats=7, per_rank_batch=4):
             steps[name] = make_train_step(DDP(model, device_ids=[device.index] if device.type == "cuda" else None),
                                           opt, lm_loss)
         gradient_bytes = sum(p.numel() * 4 for p in model.parameters())
-    times = {name: [] for name in steps}
-    for name, step in steps.items():  # warm-up
-        step([batch])
-    comm_times.clear()
-    for _ in range(repeats):
-        for name, step in steps.items():  # interleaved: a slow moment of the machine hits all three alike
-            dist.barrier()
-            times[name].append(bench.time_fn(lambda: step([batch]), device=device, warmup=0, repeats=1).min)
-    # per repeat of (b): (share of the step not in its all-reduce, that compute, the step); the median repeat
-    repeats_b = sorted((1 - c / t, t - c, t) for c, t in zip(comm_times, times["all-reduce after backward"]))
-    median_b = repeats_b[len(repeats_b) // 2]
-    mine = {name: min(t) for name, t in times.items()}
-    rank_print("  ".join(f"{name}: {bench.format_seconds(t)}" for name, t in mine.items())
-               + f"; share of the step not in the all-reduce {median_b[0]:.0%}")
-    # a step is as slow as its slowest rank (the all-reduce waits for it): compare the slowest ranks' times.
-    # Collectives on the device's tensors: an NCCL group all-reduces CUDA tensors only
-    slowest = torch.tensor([mine[name] for name in steps], dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    mine_b = torch.tensor(median_b, dtype=torch.float64, device=device)
-    gathered = [torch.empty_like(mine_b) for _ in range(env.world_size)]
-    dist.all_gather(gathered, mine_b)
-    share, compute_s, _ = max(g.tolist() for g in gathered)  # the rank that waited least (largest share)
-    best = dict(zip(steps, slowest.tolist()))
-    spread = {name: (sorted(t)[len(t) // 2] - min(t)) / min(t) for name, t in times.items()}
-    tokens = per_rank_batch * 64
-    report("scaling", {"world_size": env.world_size, "step_s": best, "median_over_best": spread,
-                       "compute_share": share, "compute_s": compute_s, "tokens_per_rank": tokens,
+
+    def until_every_rank_is_done(step):
+        def timed():
+            step([batch])
+            wait_for_device(device)
+            dist.barrier()  # the slowest rank's step: the next one starts on every rank together
+        return timed
+
+    dist.barrier()
+    timings = bench.time_interleaved({name: until_every_rank_is_done(step) for name, step in steps.items()},
+                                     device=device, warmup=warmup, repeats=repeats, max_repeats=repeats)
+    comm = comm_times[warmup:]  # (b)'s all-reduce in each timed round
+    # (b)'s compute in each round (its step less its all-reduce), on the rank that computed slowest: the
+    # others' all-reduce includes waiting for it
+    compute = [t - c for t, c in zip(timings["all-reduce after backward"].times, comm)]
+    compute = torch.tensor(compute, dtype=torch.float64, device=device)
+    dist.all_reduce(compute, op=dist.ReduceOp.MAX)
+    # every rank's rounds end together (the barrier); rank 0's times, the same within the barrier's latency,
+    # are the ones reported
+    rounds = torch.tensor([timings[name].times for name in steps], dtype=torch.float64, device=device)
+    dist.broadcast(rounds, src=0)
+    step_rounds = dict(zip(steps, rounds.tolist()))
+    rank_print("  ".join(f"{name}: {bench.format_seconds(timings[name].median)}" for name in steps))
+    report("scaling", {"world_size": env.world_size, "step_rounds_s": step_rounds,
+                       "compute_rounds_s": compute.tolist(), "warmup": warmup, "tokens_per_rank": per_rank_batch * 64,
                        "gradient_bytes": gradient_bytes, "repeats": repeats})
 
 

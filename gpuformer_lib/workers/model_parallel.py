@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from gpuformer_lib import data
+from gpuformer_lib import bench, data
 from gpuformer_lib.distributed import TensorParallelMLP, gpipe_bubble, rank_print, report, run_gpipe, wait_for_device
 from gpuformer_lib.memory import training_memory
 from gpuformer_lib.model import DecoderLM, TransformerConfig, count_parameters
@@ -68,7 +68,7 @@ def mse_loss(model, batch):
     return F.mse_loss(model(x), y), x.shape[0]
 
 
-def gpipe(env, device, width=None, n_blocks=8, rows=None, repeats=3):
+def gpipe(env, device, width=None, n_blocks=8, rows=None, repeats=5):
     # on GPUs, stages large enough that each computes for milliseconds, not the launch latency of its kernels
     preset = size_preset(current_profile(device))
     width = width or preset.pick(cpu=256, gpu=2048)
@@ -78,29 +78,39 @@ def gpipe(env, device, width=None, n_blocks=8, rows=None, repeats=3):
     F.mse_loss(full(x), y).backward()  # the reference: one process, the whole model and batch
     stage = stage_of(full, env)
     first, last = env.rank == 0, env.rank == env.world_size - 1
-    rows_out = []
-    for m in (1, 2, 4, 8):
-        times, busy = [], []
-        for _ in range(repeats):
+    rows_out, counts = [], (1, 2, 4, 8)
+    busy, gaps = {m: [] for m in counts}, {}
+    own = full[env.rank * (n_blocks // env.world_size):]
+
+    def gpipe_step(m):
+        def step():
             stage.zero_grad(set_to_none=True)
-            dist.barrier()
-            wait_for_device(device)  # a GPU's queued work must not leak into (or out of) the timed step
-            t0 = time.perf_counter()
             _, b = run_gpipe(stage, x if first else None, y if last else None, F.mse_loss, m, (rows // m, width))
-            wait_for_device(device)
-            dist.barrier()
-            times.append(time.perf_counter() - t0)
-            busy.append(b)
-        # the gradients of the last timed step (each step starts from zero), against one process's
-        gap = max((a.grad - b.grad).abs().max().item() for a, b in
-                  zip(stage.parameters(), full[env.rank * (n_blocks // env.world_size):].parameters()))
-        step, mine = min(times), min(busy)
+            busy[m].append(b)
+            if len(busy[m]) == 1:  # the warm-up call (untimed): its gradients against one process's
+                gaps[m] = max((a.grad - r.grad).abs().max().item() for a, r in zip(stage.parameters(),
+                                                                                    own.parameters()))
+            wait_for_device(device)  # a GPU's queued work must not leak into (or out of) the timed step
+            dist.barrier()  # the step ends when every stage is done: each rank then times the same step
+        return step
+
+    # every m in each round, interleaved (bench.time_interleaved), a fixed number of rounds so that the ranks
+    # run the same sends and receives; warm-up 1
+    dist.barrier()
+    timings = bench.time_interleaved({m: gpipe_step(m) for m in counts}, device=device, warmup=1, repeats=repeats,
+                                     max_repeats=repeats)
+    # every rank's rounds end together; rank 0's step times are the ones reported
+    rounds = torch.tensor([timings[m].times for m in counts], dtype=torch.float64, device=device)
+    dist.broadcast(rounds, src=0)
+    for m, step_rounds in zip(counts, rounds.tolist()):
+        gap = gaps[m]
+        step, mine = min(step_rounds), min(busy[m][1:])  # busy: the warm-up's call left out
         idle = torch.tensor([1 - mine / step], device=device)
         dist.all_reduce(idle)
         idle = idle.item() / env.world_size
         rank_print(f"m={m:2}: step {step * 1e3:6.1f} ms, this stage busy {mine * 1e3:6.1f} ms; "
                    f"largest gradient difference from one process {gap:.1e}")
-        rows_out.append({"micro_batches": m, "step_s": step, "idle_measured": idle,
+        rows_out.append({"micro_batches": m, "step_s": step, "step_rounds_s": step_rounds, "idle_measured": idle,
                          "bubble_predicted": gpipe_bubble(env.world_size, m), "gradient_gap": gap})
     report("gpipe", rows_out)
     report("pipeline_memory", pipeline_memory(env, stage, full, x if first else None, y if last else None,
