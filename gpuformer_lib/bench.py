@@ -216,7 +216,13 @@ class Comparison:
         return (f"{self.candidate}: {self.phrase()} (median of {len(self.ratios)} interleaved rounds, "
                 f"{format_seconds(self.timings[self.candidate].median)} against "
                 f"{format_seconds(self.timings[self.baseline].median)}; middle half of the rounds' speedups "
-                f"{low:.2f}x-{high:.2f}x)")
+                f"{_ratio_text(low)}-{_ratio_text(high)})")
+
+
+def _ratio_text(ratio: float) -> str:
+    """A speedup as a page prints it: two decimals, or three significant digits below 0.1 (a 500-fold slowdown
+    is 0.00200x, not 0.00x)."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3g}x"
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], *, device: torch.device | str | None = None,

@@ -99,3 +99,8 @@ def test_verdicts_are_the_three_named_words(clock):
     seen = {bench.compare({"a": work(clock, a), "b": work(clock, b)}, warmup=0)["b"].verdict
             for a, b in ((0.02, 0.01), (0.01, 0.02), (0.01, 0.01))}
     assert seen == set(bench.VERDICTS)
+
+
+def test_a_large_slowdown_prints_its_digits(clock):
+    result = bench.compare({"a": work(clock, 0.001), "b": work(clock, 0.5)}, warmup=0)["b"]
+    assert result.phrase() == "500.00x slower than a" and "0.00200x-0.00200x" in str(result)
