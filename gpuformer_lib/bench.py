@@ -222,7 +222,7 @@ class Comparison:
 def _ratio_text(ratio: float) -> str:
     """A speedup as a page prints it: two decimals, or three significant digits below 0.1 (a 500-fold slowdown
     is 0.00200x, not 0.00x)."""
-    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.3g}x"
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:#.3g}x"
 
 
 def time_interleaved(fns: dict[str, Callable[[], object]], *, device: torch.device | str | None = None,
@@ -495,6 +495,7 @@ def format_seconds(seconds: float) -> str:
     """``format_seconds(0.0123) -> '12.3 ms'``; a negative duration keeps its sign."""
     if seconds < 0:
         return "-" + format_seconds(-seconds)
+    seconds = float(f"{seconds:.3g}")  # rounded first, so that 0.99999 ms reads "1 ms", not "1e+03 µs"
     for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
