@@ -6,7 +6,8 @@ Covers:
   ``print(tensor)``), against queueing the same tiny operation without waiting. On a GPU every such read
   makes the Python thread wait until the GPU has finished all the work queued before it (a *host sync*);
   on a CPU every operation has finished when it returns, so a read adds only its own call.
-  :func:`sync_cost_words` words the measured ratio; :func:`read_interval_run` times a loop that reads
+  It times the two loops through ``bench.compare`` (interleaved rounds), and :func:`sync_comparison_words`
+  words its verdict; :func:`sync_cost_words` words a ratio's band; :func:`read_interval_run` times a loop that reads
   every k-th step beside both (chapter 0's exercise).
 - :func:`nvidia_smi_report`: the driver's own table (``nvidia-smi``), or why there is none.
 - :func:`visible_gpu_count`: ``torch.cuda.device_count()`` in a fresh Python process with a given
@@ -35,6 +36,7 @@ import time
 
 import torch
 
+from gpuformer_lib import bench
 from gpuformer_lib.device import pick_device
 
 
@@ -59,6 +61,10 @@ class HostSyncCost:
     queued: float
     """Seconds per ``x.add_(1)`` when ``n`` of them are queued and one value is read at the end."""
     n: int
+    comparison: bench.Comparison | None = None
+    """The two loops timed in interleaved rounds (:func:`bench.compare`): candidate ``"read each step"``
+    against baseline ``"queued"``; its verdict is what a page says of the read (``None`` where the costs come
+    from :func:`read_interval_run`)."""
 
     @property
     def wait_per_read(self) -> float:
@@ -71,8 +77,10 @@ class HostSyncCost:
         return self.read_each / self.queued
 
     def __str__(self) -> str:
+        how = (f"median of {len(self.comparison.ratios)} interleaved rounds of n = {self.n}"
+               if self.comparison is not None else f"best of the runs of n = {self.n}")
         return (f"{self.device}: add + .item() each step {self.read_each * 1e6:.1f} us, add queued and read once "
-                f"{self.queued * 1e6:.1f} us per step (best of the runs of n = {self.n})")
+                f"{self.queued * 1e6:.1f} us per step ({how})")
 
 
 def _sync(device: torch.device) -> None:
@@ -80,17 +88,22 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _per_step(x: torch.Tensor, n: int, read_every: int) -> float:
-    """Seconds per step of ``n`` steps of ``x.add_(1)``, with ``x.item()`` after every ``read_every``-th step,
-    and at the end when the last step did not read (so the last queued work is waited for too)."""
-    _sync(x.device)
-    start = time.perf_counter()
+def _steps(x: torch.Tensor, n: int, read_every: int) -> None:
+    """``n`` steps of ``x.add_(1)``, with ``x.item()`` after every ``read_every``-th step, and at the end when
+    the last step did not read (so the last queued work is waited for too)."""
     for step in range(1, n + 1):
         x.add_(1)
         if step % read_every == 0:
             x.item()
     if n % read_every:
         x.item()
+
+
+def _per_step(x: torch.Tensor, n: int, read_every: int) -> float:
+    """Seconds per step of :func:`_steps`."""
+    _sync(x.device)
+    start = time.perf_counter()
+    _steps(x, n, read_every)
     return (time.perf_counter() - start) / n
 
 
@@ -98,8 +111,10 @@ def host_sync_cost(device: str | torch.device | None = None, n: int = 200, repea
     """Measure :class:`HostSyncCost` on ``device`` (default: :func:`~gpuformer_lib.device.pick_device`).
 
     Both loops run ``n`` in-place adds ``x.add_(1)`` on a one-element tensor; one reads ``x.item()`` after
-    every add, the other once at the end. Each is the best of ``repeats`` runs (the two loops' runs
-    interleaved), per step.
+    every add, the other once at the end. The two are timed by :func:`bench.compare` in interleaved rounds
+    (``repeats`` of them, at least 5, more while the spread is wide), so a change in the machine's load meets
+    both loops alike; the costs are the medians of the rounds, per step, and :attr:`HostSyncCost.comparison`
+    says whether reading made a step slower by more than the rounds' spread.
     """
     n, repeats = _positive_int("n", n), _positive_int("repeats", repeats)
     device = pick_device(device)
@@ -107,11 +122,11 @@ def host_sync_cost(device: str | torch.device | None = None, n: int = 200, repea
     for _ in range(10):  # warm-up: the first calls pay one-off costs (allocator, kernel loading)
         x.add_(1)
         x.item()
-    read_runs, queued_runs = [], []
-    for _ in range(repeats):  # interleaved, so a change in the machine's load meets both loops alike
-        read_runs.append(_per_step(x, n, 1))
-        queued_runs.append(_per_step(x, n, n + 1))
-    return HostSyncCost(str(device), min(read_runs), min(queued_runs), n)
+    result = bench.compare({"queued": lambda: _steps(x, n, n + 1), "read each step": lambda: _steps(x, n, 1)},
+                           device=device, warmup=1, repeats=max(repeats, 5))["read each step"]
+    timings = result.timings
+    return HostSyncCost(str(device), timings["read each step"].median / n, timings["queued"].median / n, n,
+                        result)
 
 
 def read_interval_run(device: str | torch.device | None = None, n: int = 2000, read_every: int = 50,
@@ -157,6 +172,23 @@ def sync_cost_words(ratio: float, device_type: str) -> str:
         words += (": on a CPU every operation has finished when it returns, so a read waits for nothing and "
                   "adds only the cost of the .item() call")
     return words
+
+
+CPU_SYNC_NOTE = ("on a CPU every operation has finished when it returns, so a read waits for nothing and adds only "
+                 "the cost of the .item() call: a CPU cannot show what a host sync costs on a GPU")
+"""Why a CPU's measurement is not the lesson, said beside its verdict on a CPU."""
+
+
+def sync_comparison_words(cost: HostSyncCost, device_type: str) -> str:
+    """What reading after every step did to a step, in the words of the two loops' comparison
+    (:attr:`HostSyncCost.comparison`: ``"1.45x slower than queued"``, or no difference that the rounds' spread
+    lets us see), on a CPU with :data:`CPU_SYNC_NOTE`. Never says a GPU is synchronous."""
+    if not isinstance(cost, HostSyncCost) or cost.comparison is None:
+        raise TypeError("sync_comparison_words needs the HostSyncCost of host_sync_cost (it carries the comparison)")
+    if not isinstance(device_type, str):
+        raise TypeError(f"device_type must be a string such as 'cpu' or 'cuda', got {device_type!r}")
+    words = f"reading after every step made a step {cost.comparison.phrase()}"
+    return f"{words}; {CPU_SYNC_NOTE}" if device_type == "cpu" else words
 
 
 # --------------------------------------------------------------------------- CUDA_VISIBLE_DEVICES

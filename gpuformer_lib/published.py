@@ -72,9 +72,18 @@ class PublishedFigure:
             raise ValueError(f"published figure {self.key!r}: chapters must name the chapters that show it")
 
     @property
+    def written(self) -> str:
+        """The number with as many decimals as the quote writes it: ``9.0`` stays ``9.0``, where
+        :func:`format_value` would drop the zero that a version number such as a compute capability needs."""
+        token = written_in(self.quote, self.value)
+        if token is None or "." not in token or abs(self.value) >= 1e6:
+            return format_value(self.value)
+        return f"{self.value:.{len(token.split('.')[1])}f}"  # the quote's decimals: "9.0", "0.80"
+
+    @property
     def label(self) -> str:
-        """``value unit``, as printed on a page."""
-        return f"{format_value(self.value)} {self.unit}"
+        """``value unit``, as printed on a page, the number written as the source writes it."""
+        return f"{self.written} {self.unit}"
 
 
 def figure_anchor(key: str) -> str:
@@ -88,13 +97,19 @@ def format_value(value: float) -> str:
     return f"{value:g}" if abs(value) < 1e6 else f"{value:.0f}"
 
 
-def quote_contains(quote: str, value: float) -> bool:
-    """Whether ``quote`` writes ``value`` (with or without thousands separators, trailing zeros or a sign)."""
+def written_in(quote: str, value: float) -> str | None:
+    """The first token of ``quote`` that writes ``value`` (with or without thousands separators, trailing
+    zeros or a sign), as the quote writes it less its separators; ``None`` when none does."""
     plain = quote.replace(",", "").replace("\u2009", "").replace("\u202f", "")
     for token in re.findall(r"\d+(?:\.\d+)?|\.\d+", plain):  # "0.6" may be written ".6" (C source)
         if math.isclose(float(token), abs(value), rel_tol=0, abs_tol=1e-9):
-            return True
-    return False
+            return token
+    return None
+
+
+def quote_contains(quote: str, value: float) -> bool:
+    """Whether ``quote`` writes ``value`` (with or without thousands separators, trailing zeros or a sign)."""
+    return written_in(quote, value) is not None
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,9 +19,31 @@ SETUP = (
     # GPUs a learner meets: memory, compute capability, what a host sync or a transfer costs
     F(key="t4-devicequery-global-memory", value=15102, unit="MBytes", quantity="GPU memory the driver reports",
       quote="Total amount of global memory: 15102 MBytes (15835660288 bytes)",
-      note="15835660288 bytes = 14.75 GiB: less than the 16 GB on the box, which is why the course's T4 "
-           "profile says 14.7 GiB and why 'fits on a 16 GB T4' must be checked against about 14.7 GiB.",
+      note="15835660288 bytes = 14.75 GiB: less than the 16 GiB the card carries, mostly because ECC takes 6.25 % "
+           "of GDDR memory (gddr-ecc-capacity-reduction), the rest kept by the driver; the course's T4 profile "
+           "says 14.7 GiB, and 'fits on a 16 GB T4' must be checked against about 14.7 GiB.",
       **_T4_DEVICEQUERY),
+    F(key="t4-memory-announced", value=16, unit="GB", quantity="GPU memory on the card (as announced)",
+      hardware="NVIDIA Tesla T4", software="not stated (an announced figure)",
+      url="https://www.tomshardware.co.uk/nvidia-tesla-t4-turing-gpu,news-59152.html",
+      title="Tom's Hardware: Nvidia Announces Tesla T4 GPUs With Turing Architecture",
+      where="the article's text; a secondary source (a press report of NVIDIA's GTC Japan 2018 announcement)",
+      quote="The Tesla T4 GPU comes bristling with 16GB of GDDR6", chapters=(0,),
+      note="GDDR6: the ECC note below applies. Memory chips come in powers of two: the memory deviceQuery "
+           "reports with ECC's 6.25 % added back is more than 16e9 bytes, so the card's '16GB' is 16 GiB."),
+    F(key="gddr-ecc-capacity-reduction", value=6.25, unit="%",
+      quantity="share of DRAM that holds ECC bits on GDDR memory with ECC enabled",
+      hardware="NVIDIA GPUs with GDDR memory (the T4 has GDDR6)",
+      software="CUDA documentation (version not stated in the text read)",
+      url="https://docs.nvidia.com/cuda/cuda-c-best-practices-guide/index.html",
+      title="CUDA C++ Best Practices Guide",
+      where="section 9.2.1 Theoretical Bandwidth Calculation, the note on ECC (read in a copy of the guide's "
+            "text kept in a public repository)",
+      quote="On GPUs with GDDR memory with ECC enabled the available DRAM is reduced by 6.25% to allow for the "
+            "storage of ECC bits.",
+      chapters=(0,),
+      note="6.25 % is 1/16: a 16 GiB T4 with ECC on offers at most 15 GiB; the same note says HBM2 memories "
+           "have dedicated ECC resources, without that overhead."),
     F(key="t4-devicequery-sm-count", value=40, unit="SMs", quantity="streaming multiprocessors",
       quote="(040) Multiprocessors, (064) CUDA Cores/MP: 2560 CUDA Cores",
       note="A kernel launched with fewer than 40 blocks leaves SMs of a T4 idle.", **_T4_DEVICEQUERY),
@@ -225,9 +247,20 @@ HEADS = (
       hardware="NVIDIA A100-80GB (one of 8, power-limited to 330 W)", software="PyTorch nightly (late 2023), gpt-fast",
       url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)",
       where="Benchmarks table, row Base, column Memory Bandwidth (GB/s)",
-      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(4,),
+      quote="| Llama-2-7B  | Base    |  104.9  | 1397.31 |", chapters=(2, 4),
       note="The README adds: \"Empirically, seems like peak bandwidth is about 1700 GB/s\" on this power-limited "
-           "A100; the datasheet figure is 2039 GB/s."),
+           "A100 (gpt-fast-a100-330w-peak-bandwidth); the datasheet figure is 2039 GB/s."),
+    F(key="gpt-fast-a100-330w-peak-bandwidth", value=1700, unit="GB/s",
+      quantity="peak memory bandwidth the gpt-fast authors observed on their power-limited A100 (an estimate)",
+      hardware="NVIDIA A100-80GB, power-limited to 330 W", software="PyTorch nightly (late 2023), gpt-fast",
+      url="https://github.com/pytorch-labs/gpt-fast", title="gpt-fast (README)",
+      where="the note under the speculative-sampling section",
+      quote=("Note: Running on an A100 80GB, albeit power-limited to 330 watts. Empirically, seems like peak "
+             "bandwidth is about 1700 GB/s."),
+      chapters=(2,),
+      note="An estimate (\"about\", \"seems like\"), not a measurement the README details: the ceiling the "
+           "decode bandwidth (gpt-fast-llama2-7b-decode-bandwidth) is fairly compared with on that card, where "
+           "the datasheet's 2039 GB/s (a100-80gb-hbm-bandwidth) is for a card at full power."),
     F(key="flash-attention-2-max-head-dim", value=256, unit="head dim",
       quantity="largest head dimension FlashAttention-2 supports",
       hardware="Ampere, Ada or Hopper GPUs (A100, RTX 3090, RTX 4090, H100); not Turing (T4)",
@@ -361,7 +394,8 @@ PRECISION: tuple[F, ...] = (  # chapter 8: mixed precision, FP8
       note="Twice the bf16 peak (989): the most an FP8 matrix product can gain over bf16 on this GPU. The input "
            "of the course's FP8 prediction (fp8.FP8_DENSE_PEAK_TFLOPS); a T4 has no FP8 tensor cores."),
     F(key="transformer-v100-amp-training-speedup", value=3.12, unit="x",
-      quantity="training throughput, mixed precision (fp16 AMP) over float32, Transformer on WMT14 en-de",
+      quantity="training throughput, fp16 mixed precision with an fp32 master copy (Apex's FP16_Optimizer, not "
+               "autocast) over float32, Transformer on WMT14 en-de",
       hardware="1 NVIDIA V100 16GB (DGX-1)", software="PyTorch NGC container (fairseq-based scripts)",
       url="https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Translation/Transformer/README.md",
       title="NVIDIA DeepLearningExamples: Transformer for PyTorch (README)",
@@ -371,7 +405,10 @@ PRECISION: tuple[F, ...] = (  # chapter 8: mixed precision, FP8
       chapters=(8, 13),
       note="Same batch in both modes; the V100's datasheet fp16 tensor-core peak is 8x its fp32 peak (125 / 15.7 "
            "TFLOP/s), so the whole step gains less than its matrix products could: the element-wise work, the "
-           "optimizer and data loading do not speed up 8x."),
+           "optimizer and data loading do not speed up 8x. The recipe is not autocast (AMP): the README's --fp16 "
+           "runs 'Apex's FP16_Optimizer API': the model's weights, forward and backward in FP16 (the loss in FP32), "
+           "an FP32 copy of the weights for the update, copied back to FP16 after it, and dynamic loss scaling "
+           "from 2^7: chapter 8's 'fp16 + fp32 master' recipe (mixed_precision.RECIPES)."),
     F(key="torchao-float8-linear-speedup-large", value=1.39, unit="x",
       quantity="float8 linear over bf16, microbenchmark-based speedup estimate, large shapes M, K, N = 4096, 8192, 16384",
       hardware="NVIDIA H100", where="Performance, Example 2 (large shapes): microbenchmark-based speedup estimate",

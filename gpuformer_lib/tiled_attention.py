@@ -475,29 +475,28 @@ def profile_kernel_name(backend: str) -> str:
     return _PROFILE_KERNEL_NAMES[backend]
 
 
-# --------------------------------------------------------------------------- comparing noisy timings
+# --------------------------------------------------------------------------- growth against a model
 
 
-def time_ratio_words(before, after, *, margin: float = 1.1) -> tuple[float, str]:
-    """How much faster ``after`` ran than ``before`` (two ``bench.Timing``), and words for it that the noise
-    allows.
+def growth_against(ratios, model: float, *, digits: int = 2) -> tuple[float, float, float, str]:
+    """How many times a time grew between two sizes, against the growth a ``model`` predicts (4 for T² when T
+    doubles). ``ratios``: one growth per interleaved round (the larger size's time / the smaller's, both from
+    the same round, e.g. a ``bench.Comparison``'s ``ratios`` with the larger size as baseline).
 
-    The ratio is of the **fastest** repeats (``before.min / after.min``): on a shared machine noise only adds
-    time, so a minimum is the best estimate of what the work costs. The words say "faster" (or "slower")
-    only when the ratio is at least ``margin`` *and* the fastest run of the slower one is slower than the
-    median run of the faster one (their [min, median] bands do not overlap); otherwise "within the noise".
-    """
-    if margin < 1:
-        raise ValueError(f"margin is a ratio of at least 1, got {margin}")
-    ratio = before.min / after.min
-    if ratio >= margin and before.min > after.median:
-        return ratio, f"{ratio:.1f}x faster"
-    if 1 / ratio >= margin and after.min > before.median:
-        return ratio, f"{1 / ratio:.1f}x slower"
-    return ratio, f"within the noise (a ratio of {ratio:.2f} between the fastest runs)"
+    Returns the median of the rounds' growths, the middle half of them (lower and upper quartile) and where
+    ``model`` lies: ``"within"`` the middle half, or the growth is ``"below"`` or ``"above"`` it. All three
+    numbers are rounded to ``digits`` decimals *before* the side is chosen, so the words never contradict the
+    numbers a page prints (a review found "4.0-fold (3.9 to 4.0) ... below it"), and the median lies in the
+    range by construction."""
+    import statistics
 
-
-def growth_interval(small, large) -> tuple[float, float, float]:
-    """How many times ``large`` (a ``bench.Timing``) took longer than ``small``: the ratio of the fastest runs,
-    and the range the noise allows, from ``large.min / small.median`` to ``large.median / small.min``."""
-    return large.min / small.min, large.min / small.median, large.median / small.min
+    ratios = sorted(float(r) for r in ratios)
+    if not ratios or not all(0 < r < math.inf for r in ratios):
+        raise ValueError(f"growth ratios must be positive and finite, one per round, got {ratios}")
+    if not 0 < model < math.inf:
+        raise ValueError(f"the model's growth must be positive and finite, got {model}")
+    low, high = ((ratios[0], ratios[0]) if len(ratios) < 2 else
+                 statistics.quantiles(ratios, n=4, method="inclusive")[::2])
+    growth, low, high = (round(x, digits) for x in (statistics.median(ratios), low, high))
+    side = "within" if low <= model <= high else ("below" if high < model else "above")
+    return growth, low, high, side

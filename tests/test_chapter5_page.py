@@ -83,7 +83,9 @@ def test_counts_and_words_come_from_the_values():
 
 def test_padding_is_timed_interleaved_and_judged_against_noise():
     code = _code()
-    assert "compare_minimums(" in code and "repeats=20" in code and "pad.words(" in code
+    # issue 30: through bench.compare (interleaved rounds), the words from the comparison's verdict
+    assert "compare_vocab_projection(" in code and "pad.verdict ==" in code
+    assert "compare_minimums(" not in code and "pad.speedup > 1" not in code
     assert "ratio_pad > 1.05" not in code
     assert "not masked" in _prose().replace("\n", " ")
 
@@ -96,3 +98,33 @@ def test_gpu_view_predicts_gpt2_small_through_the_courses_predictor():
     assert "P100" in prose and "all-reduce" in prose and "chapter 10's validation" in prose
     assert "commutes" in prose and "torch._transformer_encoder_layer_fwd" in prose
     assert "modeling_t5" in prose and "differs from that figure" in prose
+
+
+def test_gpt2_small_parameters_name_their_vocabulary():
+    """Review 2026-11-27, ch5 error 3: "GPT-2 small: 124.5 M" was the padded 50,304 vocabulary's count."""
+    code = _code()
+    assert "vocab_size=50257" in code and "gpt2_own_n" in code
+    import dataclasses
+
+    import torch
+
+    from gpuformer_lib.model import DecoderLM, count_parameters, gpt2_config
+
+    with torch.device("meta"):
+        own = count_parameters(DecoderLM(dataclasses.replace(gpt2_config(), vocab_size=50257)))
+        padded = count_parameters(DecoderLM(gpt2_config()))
+    assert round(own / 1e6, 2) != round(padded / 1e6, 2)  # the two counts differ at the printed precision
+    printed = " ".join("".join(out.get("text", "")) for cell in _cells() for out in cell.get("outputs", []))
+    assert f"{own / 1e6:.2f} M parameters with GPT-2's 50,257-token vocabulary" in printed
+    assert "124.5 M parameters tied" not in printed
+
+
+def test_causal_flops_say_which_count():
+    """Review 2026-11-27, ch5 error 2: the library said causal masking does not halve the FLOPs, chapter 3
+    measured the skipped tiles. Both now name the count: the full T x T (explicit), half when tiles are skipped."""
+    from gpuformer_lib import model
+
+    doc = " ".join(model.transformer_flops.__doc__.split())
+    assert "does not halve" not in doc and "about half" in doc and "causal=True" in doc
+    prose = " ".join(_prose().split())
+    assert "full $T \\times T$" in prose and "14 of 20 tiles" in prose

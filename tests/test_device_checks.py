@@ -107,11 +107,11 @@ def test_deterministic_mode_warns_when_cuda_is_already_initialised(restore_deter
 
 
 def test_training_state_prediction_check():
+    # right and wrong answers: tests/answer_tables/hardware.py; here the count alone, a non-number, a bad count
     assert check_training_state_prediction(16 * 1000, 16 * 1000)
-    miss = check_training_state_prediction(8 * 1000, 16 * 1000)
-    assert not miss and "two float32 tensors" in str(miss.message if hasattr(miss, "message") else miss)
-    assert not check_training_state_prediction(32 * 1000, 16 * 1000)
     assert not check_training_state_prediction("a lot", 16 * 1000)
+    with pytest.raises(ValueError, match="layers"):  # the notebook's count disagrees with its layers
+        check_training_state_prediction(16 * 33088, 16 * 32768, layers=((64, 256), (256, 64)))
 
 
 def test_host_sync_prediction_check():
@@ -185,12 +185,33 @@ def test_both_sync_loops_run_the_same_operation():
     assert (x.adds, x.reads) == (100, 2)
 
 
-def test_host_sync_cost_times_both_loops_with_one_helper(monkeypatch):
-    calls = []
-    monkeypatch.setattr(dc, "_per_step", lambda x, n, read_every: calls.append(read_every) or 1e-6 * read_every)
+def test_host_sync_cost_times_both_loops_through_bench_compare(monkeypatch):
+    from fake_clock import FakeClock
+
+    from gpuformer_lib import bench
+
+    clock, calls = FakeClock(), []
+
+    def steps(x, n, read_every):  # a read after each step costs 3 us a step, queueing 1 us
+        calls.append(read_every)
+        clock.now += n * (3e-6 if read_every == 1 else 1e-6)
+
+    monkeypatch.setattr(bench, "time", clock)
+    monkeypatch.setattr(dc, "_steps", steps)
     cost = dc.host_sync_cost("cpu", n=20, repeats=2)
     assert sorted(set(calls)) == [1, 21]  # the same add, read after each step or once
-    assert cost.read_each == 1e-6 and cost.queued == 21e-6 and cost.ratio == pytest.approx(1 / 21)
+    assert calls.count(1) == calls.count(21) >= 1 + 5  # a warm-up, then at least 5 interleaved rounds
+    assert cost.read_each == pytest.approx(3e-6) and cost.queued == pytest.approx(1e-6)
+    assert cost.comparison.verdict == "slower" and cost.comparison.baseline == "queued"
+    words = dc.sync_comparison_words(cost, "cpu")
+    assert words.startswith("reading after every step made a step 3.00x slower than queued")
+    assert "cannot show" in words and "cannot show" not in dc.sync_comparison_words(cost, "cuda")
+    # equal loops: said as a tie, never as slower
+    monkeypatch.setattr(dc, "_steps", lambda x, n, every: setattr(clock, "now", clock.now + n * 1e-6))
+    tie = dc.host_sync_cost("cpu", n=20)
+    assert tie.comparison.verdict == "no difference we can see" and "x slower" not in tie.comparison.phrase()
+    with pytest.raises(TypeError):
+        dc.sync_comparison_words(dc.HostSyncCost("cpu", 1e-6, 1e-6, 20), "cpu")  # no comparison to word
 
 
 def test_read_interval_run_measures_the_three_loops_together(monkeypatch):
@@ -254,13 +275,8 @@ def test_precision_choice_check_grades_against_the_course_and_explains():
     devices = precision_devices()
     right = {d: training_precision(p) for d, p in devices.items()}
     assert sorted(set(right.values())) == ["bf16", "fp16", "fp32"]  # every answer occurs
-    assert check_precision_choice(right)
-    t4 = next(d for d in devices if "7.5" in d)
-    assert "emulation" in str(check_precision_choice({**right, t4: "bf16"}))
-    new = next(d for d in devices if "12.0" in d)
-    assert "cc >= (8, 0)" in str(check_precision_choice({**right, new: "fp16"}))
+    # right and wrong answers: tests/answer_tables/hardware.py; here answers that are not a precision
     cpu = next(d for d in devices if "CPU" in d)
-    assert "fp32" in str(check_precision_choice({**right, cpu: "bf16"}))
     assert not check_precision_choice({**right, cpu: "float32"})
     assert not check_precision_choice({d: None for d in devices})
     assert not check_precision_choice("bf16")
@@ -269,11 +285,10 @@ def test_precision_choice_check_grades_against_the_course_and_explains():
 def test_read_interval_prediction_check_needs_the_model():
     from gpuformer_lib.exercises.hardware import check_read_interval_prediction
 
+    # right and wrong answers: tests/answer_tables/hardware.py; here the loop's time is shown, not graded
     n, k, queued, read_each = 2000, 50, 5e-6, 20e-6  # GPU-like: a read waits for the queue
-    measured = n * queued + n // k * (read_each - queued)
+    model = n * queued + n // k * (read_each - queued)
     kw = dict(n=n, read_every=k, queued=queued, read_each=read_each)
-    assert check_read_interval_prediction(measured, measured * 1.2, **kw)
-    every_step = check_read_interval_prediction(n * read_each, measured, **kw)  # a read charged on every step
-    assert not every_step and "Only 40 of the 2000 steps read" in str(every_step)
-    reads_only = check_read_interval_prediction(n // k * read_each, measured, **kw)  # the adds forgotten
-    assert not reads_only and "Every one of the 2000 steps" in str(reads_only)
+    far = check_read_interval_prediction(model, model * 3, **kw)  # a loop disturbed by other work
+    assert far and f"{model * 3:.3g} s" in far.message
+    assert not check_read_interval_prediction(model * 3, model * 3, **kw)  # matching the timing is not the model

@@ -12,9 +12,9 @@ import torch
 
 from gpuformer_lib.diagrams import encoder_decoder_figure
 from gpuformer_lib import bench
-from gpuformer_lib.predict.layer_cost import (compare_minimums, count_step_operators, elementwise_elements_per_token,
-                                      measure_time_split, measure_training_step, step_time_prediction,
-                                      time_vocab_projection)
+from gpuformer_lib.predict.layer_cost import (compare_vocab_projection, count_step_operators,
+                                      elementwise_elements_per_token, measure_time_split, measure_training_step,
+                                      step_time_prediction)
 from gpuformer_lib.model import TransformerConfig, gpt2_config, transformer_flops
 
 
@@ -45,8 +45,8 @@ def test_elementwise_elements_by_hand():
 def test_timers_run_on_the_cpu():
     c = TransformerConfig(vocab_size=16, d_model=16, n_heads=2, n_decoder_layers=1, d_ff=32, dropout=0.0, max_len=16)
     assert measure_training_step(c, 2, 8, "cpu", repeats=2).median > 0
-    times = time_vocab_projection(4, 8, (60, 64), "cpu", repeats=2)
-    assert set(times) == {60, 64} and all(t.median > 0 for t in times.values())
+    padded = compare_vocab_projection(4, 8, (60, 64), "cpu", repeats=5)
+    assert set(padded) == {64} and padded[64].speedup > 0 and len(padded[64].ratios) >= 5
     split = measure_time_split(c, 2, 8, "cpu")
     assert sum(split.values()) == pytest.approx(1.0)
     assert split.get("matrix products", 0) > 0 and all(0 <= v <= 1 for v in split.values())
@@ -59,17 +59,22 @@ def test_architecture_figure_names_the_parts():
         assert part in texts
 
 
-def test_interleaved_timing_and_comparison_by_minimums():
-    times = time_vocab_projection(4, 8, (60, 64), "cpu", repeats=6)
-    assert all(len(t.times) == 6 for t in times.values())
-    same = compare_minimums(bench.Timing((1.0, 1.1, 1.3), 0, 1), bench.Timing((0.95, 1.2, 1.4), 0, 1))
-    assert same.speedup == pytest.approx(1 / 0.95) and same.noise == pytest.approx(0.25 / 0.95)
-    assert not same.distinguishable and same.words().startswith("indistinguishable here (noise \u00b126%")
-    clear = compare_minimums(bench.Timing((2.0, 2.02, 2.1), 0, 1), bench.Timing((1.0, 1.01, 1.05), 0, 1))
-    assert clear.distinguishable and clear.words() == "faster"
-    assert compare_minimums(bench.Timing((1.0, 1.01), 0, 1), bench.Timing((2.0, 2.01), 0, 1)).words() == "slower"
-    with pytest.raises(TypeError):
-        compare_minimums(1.0, 2.0)
+def test_vocabulary_sizes_are_compared_in_interleaved_rounds(monkeypatch):
+    """Issue 30: the padded vocabulary is judged by ``bench.compare``'s verdict, with a fake clock: every
+    product lasts one tick, so the rounds tie and the verdict cannot be "faster" or "slower"."""
+    from fake_clock import FakeClock
+
+    monkeypatch.setattr(bench, "time", FakeClock(tick=1.0))
+    padded = compare_vocab_projection(4, 8, (60, 64), "cpu", repeats=6)
+    comparison = padded[64]
+    assert comparison.baseline == "V = 60" and comparison.candidate == "V = 64"
+    assert len(comparison.ratios) == 6 and comparison.speedup == 1.0
+    assert comparison.verdict == "no difference we can see" and "no faster or slower than V = 60" in comparison.phrase()
+    for bad in (dict(repeats=4), dict(repeats=True)):
+        with pytest.raises(ValueError):
+            compare_vocab_projection(4, 8, (60, 64), "cpu", **bad)
+    with pytest.raises(ValueError):
+        compare_vocab_projection(4, 8, (64, 64), "cpu")
 
 
 def test_operator_count_grows_with_depth():

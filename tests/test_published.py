@@ -118,3 +118,15 @@ def test_check_fraction():
         bench.check_fraction("layer norm", 1.52, ceiling="the measured roof")
     with pytest.raises(bench.ImpossibleValueError, match="negative"):
         bench.check_fraction("efficiency", -0.1)
+
+
+def test_a_label_writes_the_number_with_the_decimals_of_its_quote():
+    """The review's error: the appendix printed the H100's compute capability, quoted as "9.0", as "9"."""
+    assert published.figure("h100-compute-capability").label == "9.0 (major.minor)"
+    assert "`h100-compute-capability`: 9.0 (major.minor)" in published.appendix_markdown()
+    assert published.figure("t4-devicequery-sm-count").label == "40 SMs"  # "(040)" in the quote: no leading zero
+    for entry in published.figures():
+        token = published.written_in(entry.quote, entry.value)
+        decimals = len(token.split(".")[1]) if token and "." in token else 0
+        shown = entry.label.removesuffix(f" {entry.unit}")
+        assert (len(shown.split(".")[1]) if "." in shown else 0) == decimals or abs(entry.value) >= 1e6, entry.key

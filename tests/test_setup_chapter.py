@@ -71,10 +71,16 @@ def test_no_profile_or_registry_number_is_typed_in_the_prose():
         assert f"{{glue:text}}`{name}`" in text and f'glue("{name}"' in code(SETUP)
 
 
-def test_host_sync_words_come_from_the_banded_library_function():
-    assert "device_checks.sync_cost_words(sync.ratio, device.type)" in code(SETUP)
+def test_host_sync_words_come_from_the_two_loops_comparison():
+    assert "device_checks.sync_comparison_words(sync, device.type)" in code(SETUP)
     shown = markdown(SETUP) + outputs(SETUP)
     assert "already synchronous" not in shown
+    # the review: a CPU's ratio of 1.10 demonstrated nothing; the page says a CPU cannot show the lesson and
+    # points at what the GPU suite measured
+    glued = pages.glued(cells(SETUP))
+    assert "cannot show what a host sync costs on a GPU" in glued["sync_words"]
+    assert "GPU suite measured" in markdown(SETUP) and "{glue:text}`suite_sync`" in markdown(SETUP)
+    assert "µs on an NVIDIA H100 80GB HBM3" in glued["suite_sync"]  # a committed GPU result, not a CPU's number
     assert "(x + 1).item()" not in code(SETUP)  # the read loop does the same in-place add as the queued one
 
 
@@ -90,7 +96,23 @@ def test_the_gpu_view_labels_what_it_shows():
     assert " 1 threads" not in shown and "torch uses" in shown
     assert "one host sync" not in shown and "x.add_(1), then x.item()" in shown
     assert "MBytes are MiB" in shown  # the published MiB converted beside the GiB rows
-    assert "H100 SXM (profile data)" in shown and "no published source" in shown
+    # the review: rows read from a profile's memory (total_memory recorded on a real card) were labelled
+    # predicted; the memory is now only the predictions' stated basis
+    assert "(profile data)" not in shown and "torch's total_memory recorded on a NVIDIA H100 80GB HBM3" in shown
+
+
+def test_the_t4s_missing_memory_is_put_down_to_ecc_first():
+    """The review: the page compared 14.7 GiB with 16e9 bytes and blamed the driver; ECC takes 1/16 of a
+    16 GiB T4's GDDR6 (15,360 MiB left), the driver ~258 MiB more."""
+    text, source = markdown(SETUP), code(SETUP)
+    assert "16e9 / 2**30" not in source and "16 × 10⁹ bytes" not in text
+    assert 'figure("gddr-ecc-capacity-reduction")' in source and 'figure("t4-memory-announced")' in source
+    assert "ECC, not the driver, takes most" in text
+    for name in ("t4_card", "ecc_share", "t4_ecc_mib", "t4_after_ecc_mib", "t4_driver_mib"):
+        assert f"{{glue:text}}`{name}`" in text
+    glued = pages.glued(cells(SETUP))
+    # 16 GiB less 6.25 %, and what deviceQuery's 15,102 MiB leaves of that (both from registered figures)
+    assert glued["t4_after_ecc_mib"] == "15,360 MiB" and glued["t4_driver_mib"] == "258 MiB"
 
 
 def test_no_overclaim_of_exact_agreement_with_pytorch():

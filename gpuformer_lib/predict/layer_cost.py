@@ -132,63 +132,28 @@ def measure_time_split(config: TransformerConfig, batch_size: int, seq_len: int,
     return {category: bench.check_fraction(f"share of {category}", t / total) for category, t in micros.items()}
 
 
-def time_vocab_projection(rows: int, d_model: int, vocab_sizes: tuple[int, ...], device: torch.device | str,
-                          dtype: torch.dtype = torch.float32, *, repeats: int = 20) -> dict[int, bench.Timing]:
+def compare_vocab_projection(rows: int, d_model: int, vocab_sizes: tuple[int, ...], device: torch.device | str,
+                             dtype: torch.dtype = torch.float32, *, repeats: int = 7,
+                             max_seconds: float | None = None) -> dict[int, bench.Comparison]:
     """Time the output projection (rows, C) x (C, V) for each vocabulary size: does padding V to a
     multiple of 64 (e.g. 50257 -> 50304) make the larger product faster on this device?
 
-    The sizes are **interleaved** (one repeat of each in turn, the order reversed every round), so a
-    machine that slows down or speeds up during the measurement affects every size alike; compare the
-    results with :func:`compare_minimums`."""
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    Through ``bench.compare``: the sizes are timed in **interleaved** rounds (each size once a round, the order
+    reversed every other round), so a machine that slows down or speeds up during the measurement affects
+    every size alike; each later size is judged against the first, by the rounds' speedups (its
+    ``Comparison.verdict``, ``phrase()``). Returns the comparisons by vocabulary size."""
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 5:
+        raise ValueError(f"repeats must be an int >= 5 (interleaved rounds), got {repeats!r}")
+    if len(set(vocab_sizes)) < 2:
+        raise ValueError(f"compare at least two vocabulary sizes, got {vocab_sizes!r}")
     calls = {}
     for V in vocab_sizes:
         x = torch.randn(rows, d_model, device=device, dtype=dtype)
         w = torch.randn(V, d_model, device=device, dtype=dtype)
-        calls[V] = (lambda x=x, w=w: x @ w.T)  # (rows, C) x (C, V)
-        for _ in range(2):  # warm-up
-            calls[V]()
-    bench.synchronize(device)
-    times: dict[int, list[float]] = {V: [] for V in vocab_sizes}
-    order = list(vocab_sizes)
-    for _ in range(repeats):
-        for V in order:
-            times[V].append(bench.time_fn(calls[V], device=device, warmup=0, repeats=1).times[0])
-        order.reverse()
-    return {V: bench.Timing(tuple(t), warmup=2, number=1) for V, t in times.items()}
-
-
-@dataclasses.dataclass(frozen=True)
-class TimeComparison:
-    """Two timings of alternatives compared by their minimums (the least-disturbed run of each)."""
-
-    speedup: float
-    """min time before / min time after: > 1 means the second alternative is faster."""
-    noise: float
-    """The run-to-run scatter: the larger of the two timings' (median - min) / min."""
-
-    @property
-    def distinguishable(self) -> bool:
-        """True when the gap between the minimums exceeds the noise."""
-        return abs(self.speedup - 1) > self.noise
-
-    def words(self, faster: str = "faster", slower: str = "slower") -> str:
-        """``faster`` or ``slower`` when the gap exceeds the noise, else 'indistinguishable here (noise ...)'."""
-        if not self.distinguishable:
-            return f"indistinguishable here (noise \u00b1{self.noise:.0%})"
-        return faster if self.speedup > 1 else slower
-
-
-def compare_minimums(before: bench.Timing, after: bench.Timing) -> TimeComparison:
-    """Compare two interleaved timings: speedup = before.min / after.min, noise from both scatters."""
-    for name, t in (("before", before), ("after", after)):
-        if not isinstance(t, bench.Timing):
-            raise TypeError(f"{name} must be a bench.Timing, got {type(t).__name__}")
-        if t.min <= 0:
-            raise ValueError(f"{name} has a non-positive time ({t.min!r})")
-    noise = max((t.median - t.min) / t.min for t in (before, after))
-    return TimeComparison(before.min / after.min, noise)
+        calls[f"V = {V}"] = (lambda x=x, w=w: x @ w.T)  # (rows, C) x (C, V)
+    result = bench.compare(calls, device=device, warmup=2, repeats=repeats, max_repeats=max(21, repeats),
+                           max_seconds=max_seconds)
+    return {V: result[f"V = {V}"] for V in vocab_sizes[1:]}
 
 
 def count_step_operators(config: TransformerConfig, batch_size: int, seq_len: int) -> int:
