@@ -26,6 +26,9 @@ import functools
 import os
 import re
 import subprocess
+import sys
+
+_TRITON_ALREADY_IMPORTED = "triton" in sys.modules  # torch.optim and torch.compile import it on a CPU too
 
 import torch
 
@@ -40,8 +43,19 @@ def _choose_triton_mode() -> tuple[str, str]:
     if torch.cuda.is_available():
         return "compiled", f"Triton compiles kernels for {torch.cuda.get_device_name()}"
     os.environ["TRITON_INTERPRET"] = "1"
-    return "interpreted", ("no CUDA GPU: Triton kernels run in its interpreter on CPU tensors "
-                           "(for correctness, not speed: far slower than PyTorch's own operators)")
+    reason = ("no CUDA GPU: Triton kernels run in its interpreter on CPU tensors "
+              "(for correctness, not speed: far slower than PyTorch's own operators)")
+    if _TRITON_ALREADY_IMPORTED:
+        reason += TOO_LATE
+    return "interpreted", reason
+
+
+TOO_LATE = ("; but Triton was imported before this module could switch its interpreter on (an optimizer step or "
+            "torch.compile imports it), so Triton's own helpers such as tl.sigmoid are not interpreted and a "
+            "kernel that calls one fails with \"Cannot call @triton.jit'd outside of the scope of a kernel\": "
+            "restart the kernel and import gpuformer_lib.kernels first")
+"""Added to the interpreter's reason when Triton was imported before :func:`_choose_triton_mode` set
+``TRITON_INTERPRET=1``: Triton reads the variable when its own ``@triton.jit`` helpers are defined."""
 
 
 _TRITON_MODE, _TRITON_REASON = _choose_triton_mode()

@@ -156,3 +156,22 @@ def test_cuda_c_support_needs_ninja(cuda_toolkit, monkeypatch):
     cuda_toolkit("12.4")
     monkeypatch.setattr(cpp_extension, "is_ninja_available", lambda: False)
     assert kernels._cuda_c_support() == (False, "needs the ninja build tool: pip install ninja")
+
+
+def test_triton_imported_before_the_interpreter_is_switched_on_is_explained(tmp_path):
+    """On a machine without a GPU, an optimizer step imports Triton before gpuformer_lib.kernels can set
+    TRITON_INTERPRET=1; its own jit'd helpers then fail inside an interpreted kernel with a cryptic error, so
+    kernel_support says why and what to do (a fresh process: this one has imported kernels long ago)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys, torch\n"
+            "os.environ.pop('TRITON_INTERPRET', None)\n"
+            "p = torch.nn.Parameter(torch.zeros(2)); o = torch.optim.AdamW([p]); p.grad = torch.ones(2); o.step()\n"
+            "early = 'triton' in sys.modules\n"
+            "from gpuformer_lib import kernels\n"
+            "print(early, kernels.TOO_LATE in kernels.kernel_support().triton_reason)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    early, explained = done.stdout.split()
+    assert explained == early  # explained exactly when Triton came first

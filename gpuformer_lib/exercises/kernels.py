@@ -53,7 +53,12 @@ def _launch_guarded(kernel: Any, n: int, input_names: tuple[str, ...]
                   time_scale=6.0)
     kept = [b[:n] for b in before]
     if err:
-        return kept, out, 0, "Launching your kernel failed: " + err.replace("Your function", "it", 1)
+        hint = "Launching your kernel failed: " + err.replace("Your function", "it", 1)
+        from gpuformer_lib.kernels import TOO_LATE, kernel_support
+
+        if "outside of the scope of a kernel" in err and TOO_LATE in kernel_support().triton_reason:
+            hint += " (" + TOO_LATE.lstrip("; ") + ".)"
+        return kept, out, 0, hint
     for name, buffer, original in zip(input_names, buffers, before):
         if not torch.equal(buffer, original):
             return kept, out, 0, (f"Your kernel wrote into {name}, an input: store the result through out_ptr "

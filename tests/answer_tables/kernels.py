@@ -11,6 +11,8 @@ import functools
 import pytest
 import torch
 
+import gpuformer_lib.kernels  # noqa: F401  first, at collection: it switches Triton's interpreter on without a GPU,
+# which works only before anything imports triton (a test that steps torch.optim does, on a CPU too)
 from answer_tables import Table, Wrong
 from gpuformer_lib.exercises import kernels as ex
 from gpuformer_lib.predict.roofline import datasheet_bandwidth as bandwidth, datasheet_ceiling as compute_ceiling
