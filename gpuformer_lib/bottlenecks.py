@@ -4,7 +4,8 @@ profiler trace.
 Covers:
 
 - :func:`sync_cost`: the cost of reading a value back (``loss.item()``) each step, against a baseline that
-  queues ``steps`` steps back to back and waits for the device **once** at the end. (A baseline that
+  queues ``steps`` steps back to back and waits for the device **once** at the end, in interleaved rounds
+  (:func:`bench.compare`); :func:`sync_cost_words` words its verdict. (A baseline that
   synchronised after every step, as a per-repeat timer does, would pay the very wait it is compared with.)
 - :func:`time_input_pipeline`: the host's batch preparation timed on the host alone, with no device
   synchronise inside the timer. (A synchronise there waits for the *previous* step's queued kernels and books
@@ -41,48 +42,57 @@ from gpuformer_lib import bench
 
 @dataclasses.dataclass(frozen=True)
 class SyncCost:
-    """Seconds per step, queued back to back (one wait at the end) and reading a value back every step."""
+    """Steps queued back to back (one wait at the end) against steps that read a value back every step, timed
+    in interleaved rounds: :attr:`comparison` is the reading arm judged against the queued one."""
 
-    queued: bench.Timing
-    reading: bench.Timing
+    comparison: bench.Comparison
     steps: int
 
     @property
+    def queued(self) -> bench.Timing:
+        """Seconds per step, queued back to back: one entry per round."""
+        return self.comparison.timings["queued"]
+
+    @property
+    def reading(self) -> bench.Timing:
+        """Seconds per step, reading a value back after each: one entry per round."""
+        return self.comparison.timings["reading"]
+
+    @property
     def ratio(self) -> float:
-        """Fastest reading repeat / fastest queued repeat (the minimum: the least disturbed by other work)."""
-        return self.reading.min / self.queued.min
+        """Median reading time / median queued time (above 1: the reads cost time)."""
+        return 1 / self.comparison.speedup
 
 
 def sync_cost(queued_step: Callable[[], object], reading_step: Callable[[], object], device: torch.device | str,
-              *, steps: int = 10, repeats: int = 3, warmup: int = 1) -> SyncCost:
-    """Time ``steps`` calls of ``queued_step`` back to back with one synchronise at the end of each repeat, and
-    the same for ``reading_step`` (which reads a value back itself, e.g. ``step().loss.item()``). Each repeat
-    is ``steps`` calls; the repeats of the two alternate, so a change in the machine's load hits both alike."""
-    for name, value, least in (("steps", steps, 2), ("repeats", repeats, 1), ("warmup", warmup, 0)):
+              *, steps: int = 10, repeats: int = 5, warmup: int = 1, max_seconds: float | None = None) -> SyncCost:
+    """Time ``steps`` calls of ``queued_step`` back to back with one synchronise at the end of each round, and
+    the same for ``reading_step`` (which reads a value back itself, e.g. ``step().loss.item()``), in interleaved
+    rounds (:func:`bench.compare`, at least 5, more while the spread is wide, ``max_seconds`` capping the extra
+    ones), so a change in the machine's load meets both alike."""
+    for name, value, least in (("steps", steps, 2), ("repeats", repeats, 5), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-    queued, reading = [], []
-    for i in range(repeats):
-        for fn, out in ((queued_step, queued), (reading_step, reading)):
-            out.extend(bench.time_fn(fn, device=device, warmup=warmup if i == 0 else 0, repeats=1,
-                                     number=steps).times)
-    return SyncCost(bench.Timing(tuple(queued), warmup, steps), bench.Timing(tuple(reading), warmup, steps), steps)
+    comparison = bench.compare({"queued": queued_step, "reading": reading_step}, device=device, warmup=warmup,
+                               repeats=repeats, max_repeats=3 * repeats, number=steps,
+                               max_seconds=max_seconds)["reading"]
+    return SyncCost(comparison, steps)
 
 
-SYNC_COST_NOISE = 1.3
-"""A reading/queued ratio within this factor of 1 is read as 'no measurable cost': on a shared CPU, timings of
-the same work vary by tens of per cent."""
-
-
-def sync_cost_words(ratio: float, device_type: str) -> str:
-    """The interpretation of a measured reading/queued ratio, chosen from its value and the device."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < float("inf"):
-        raise ValueError(f"ratio must be a finite number > 0, got {ratio!r}")
-    if ratio <= SYNC_COST_NOISE:
-        words = (f"within {SYNC_COST_NOISE:g}x, the band inside which two timings of the same work on a shared "
-                 "machine differ: no measurable cost")
+def sync_cost_words(cost: SyncCost, device_type: str) -> str:
+    """The interpretation of a measured sync cost, chosen from its comparison's verdict and the device."""
+    if not isinstance(cost, SyncCost):
+        raise TypeError(f"sync_cost_words reads a SyncCost (bottlenecks.sync_cost), got {type(cost).__name__}")
+    c = cost.comparison
+    low, high = c.ratio_range
+    rounds = f"the middle half of the {len(c.ratios)} rounds {1 / high:.2f}-{1 / low:.2f}x"
+    if c.verdict == "slower":
+        words = f"beyond the spread of the interleaved rounds ({rounds}): the wait costs time"
+    elif c.verdict == "faster":
+        words = (f"no cost we can see: the reading arm ran faster, beyond the spread ({rounds}), which a read "
+                 "cannot cause: the machine's load changed between the arms")
     else:
-        words = f"{ratio:.2f}x, beyond the noise: the wait costs time"
+        words = f"no cost we can see, within the spread of the interleaved rounds ({rounds})"
     if device_type == "cpu":
         words += (" (on a CPU every operation has finished when it returns, so a read waits for nothing: there is "
                   "no queue to drain, and the lesson needs a GPU)")

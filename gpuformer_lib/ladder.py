@@ -10,7 +10,9 @@ by the functions of :mod:`gpuformer_lib.speed` and timed with its training step.
 time, tokens per second, MFU (against the GPU's dense 16-bit datasheet peak, or on a CPU against its
 measured float32 matmul peak) and peak memory (GPU only). A last row runs PyTorch's own
 ``nn.TransformerEncoder`` at the settings of the fused-SDPA rung; and causal attention alone (forward +
-backward, explicit against fused) is timed at the preset's shape.
+backward, explicit against fused) is timed at the preset's shape, in interleaved rounds (:func:`bench.compare`).
+By default the rungs are timed one after the other, each alone in memory; ``run_ladder(interleaved=True)`` builds
+them all and times them in interleaved rounds, with a verdict per step of the climb (chapter 10 does so on a CPU).
 
 Run it as ``python -m gpuformer_lib.ladder`` (see :func:`main`); each run writes a new, dated JSON file under
 ``bench_results/runs/`` (git-ignored), so a learner's run never replaces the results committed in
@@ -33,6 +35,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -237,6 +240,42 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _prepare_rung(rung: Rung, preset: LadderPreset, device: torch.device, profile: DeviceProfile):
+    """A fresh model, optimizer and batch for ``rung``, built with :mod:`speed`: returns the plan, a function
+    that runs one training step and the dict where it leaves the step's loss."""
+    plan = runnable_plan(rung.plan, profile, device)
+    c, B, T = preset.config, preset.batch_size, preset.seq_len
+    torch.manual_seed(0)
+    model = (PyTorchLM(c) if rung.pytorch_model else DecoderLM(speed.model_config(c, plan))).to(device)
+    model = speed.apply_plan(model, plan, device)  # checkpointing, then compile
+    optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
+    step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
+                                 scaler=speed.grad_scaler(plan, device), tf32=plan.tf32, cuda_graphs=plan.cuda_graphs)
+    ids = torch.randint(0, c.vocab_size, (B, T + 1), generator=torch.Generator().manual_seed(1)).to(device)
+    last: dict = {}
+
+    def run() -> None:
+        last["loss"] = step([ids]).loss
+
+    return plan, run, last
+
+
+def _first_step(row: LadderRow, run: Callable[[], None], device: torch.device) -> None:
+    started = time.perf_counter()
+    run()
+    bench.synchronize(device)
+    row.first_step_s = time.perf_counter() - started
+
+
+def _fill_row(row: LadderRow, step_s: float, loss: torch.Tensor, preset: LadderPreset, peak: float | None) -> None:
+    c, B, T = preset.config, preset.batch_size, preset.seq_len
+    row.step_s = step_s
+    row.tokens_per_s = B * T / row.step_s
+    row.loss = float(loss)
+    if peak:
+        row.mfu = bench.mfu(transformer_flops(c, B, T), row.step_s, peak)
+
+
 def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device | str, *, profile: DeviceProfile | None = None,
                  steps: int = 10, warmup: int = 3, peak: float | None = None) -> LadderRow:
     """Build a fresh model, optimizer and batch for ``rung`` with :mod:`speed` and time its training step."""
@@ -247,33 +286,13 @@ def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device | str, *
     if reason:
         row.note = f"skipped: {reason}"
         return row
-    plan = runnable_plan(rung.plan, profile, device)
-    c, B, T = preset.config, preset.batch_size, preset.seq_len
-    torch.manual_seed(0)
-    model = (PyTorchLM(c) if rung.pytorch_model else DecoderLM(speed.model_config(c, plan))).to(device)
-    model = speed.apply_plan(model, plan, device)  # checkpointing, then compile
-    optimizer = speed.make_adamw(model.parameters(), plan, lr=1e-4)
-    step = speed.make_train_step(model, optimizer, speed.next_token_loss, dtype=plan.dtype,
-                                 scaler=speed.grad_scaler(plan, device), tf32=plan.tf32, cuda_graphs=plan.cuda_graphs)
-    ids = torch.randint(0, c.vocab_size, (B, T + 1), generator=torch.Generator().manual_seed(1)).to(device)
-    last = {}
-
-    def run() -> None:
-        last["loss"] = step([ids]).loss
-
+    plan, run, last = _prepare_rung(rung, preset, device, profile)
     try:
         if profile.on_gpu:
             gpu.reset_peak_memory_stats(device)
-        started = time.perf_counter()
-        run()
-        bench.synchronize(device)
-        row.first_step_s = time.perf_counter() - started
+        _first_step(row, run, device)
         timing = bench.time_fn(run, device=device, warmup=max(warmup - 1, 0), repeats=steps)
-        row.step_s = timing.median
-        row.tokens_per_s = B * T / row.step_s
-        row.loss = float(last["loss"])
-        if peak:
-            row.mfu = bench.mfu(transformer_flops(c, B, T), row.step_s, peak)
+        _fill_row(row, timing.median, last["loss"], preset, peak)
         if profile.on_gpu:
             row.peak_memory_gib = gpu.max_memory_allocated(device) / 2**30
     finally:
@@ -282,10 +301,55 @@ def measure_rung(rung: Rung, preset: LadderPreset, device: torch.device | str, *
     return row  # the model and optimizer go with this frame; run_ladder then empties the CUDA cache
 
 
+def _measure_interleaved(rungs: list[Rung], preset: LadderPreset, device: torch.device, profile: DeviceProfile, *,
+                         steps: int, warmup: int, peak: float | None, max_seconds: float | None,
+                         verbose: bool) -> tuple[list[LadderRow], dict[str, bench.Timing]]:
+    """Every runnable rung built at once (all their models in memory), each run once untimed (compilation),
+    then timed in interleaved rounds by :func:`bench.time_interleaved`: a change in the machine's load meets
+    every rung alike. Returns the rows and the timings by rung key."""
+    rows, runs, lasts, compiled = [], {}, {}, False
+    try:
+        for rung in rungs:
+            row = LadderRow(rung.key, rung.name)
+            rows.append(row)
+            reason = skip_reason(rung, profile, device)
+            if reason:
+                row.note = f"skipped: {reason}"
+                continue
+            if verbose:
+                print(f"building {rung.name} ...", file=sys.stderr, flush=True)
+            plan, run, last = _prepare_rung(rung, preset, device, profile)
+            compiled = compiled or plan.compile
+            _first_step(row, run, device)
+            runs[rung.key], lasts[rung.key] = run, last
+        timings = bench.time_interleaved(runs, device=device, warmup=max(warmup - 1, 0), repeats=max(steps, 5),
+                                         max_repeats=max(steps, 5) * 3, max_seconds=max_seconds)
+        for row in rows:
+            if row.key in timings:
+                _fill_row(row, timings[row.key].median, lasts[row.key]["loss"], preset, peak)
+    finally:
+        if compiled:
+            torch.compiler.reset()
+    return rows, timings
+
+
+def rung_comparisons(rows: list[LadderRow], timings: dict[str, bench.Timing]) -> dict[str, bench.Comparison]:
+    """Each timed rung against the timed rung before it (the climb's step), PyTorch's model against the
+    fused-SDPA rung it copies, by the candidate's key: :class:`bench.Comparison` of interleaved rounds, whose
+    verdict says whether the step is beyond the rounds' spread."""
+    timed = [r.key for r in rows if r.key in timings and r.key != "pytorch"]
+    out = {key: bench.Comparison(before, key, timings) for before, key in zip(timed, timed[1:])}
+    if "pytorch" in timings and "sdpa" in timings:
+        out["pytorch"] = bench.Comparison("sdpa", "pytorch", timings)
+    return out
+
+
 def attention_benchmark(device: torch.device, *, batch_size: int, n_heads: int, seq_len: int, head_size: int = 64,
                         dtype: torch.dtype = torch.bfloat16, repeats: int = 10) -> dict:
     """Causal attention forward + backward: the course's explicit attention against PyTorch's fused
-    ``F.scaled_dot_product_attention``, same inputs; returns both times and the speedup."""
+    ``F.scaled_dot_product_attention``, same inputs, timed in interleaved rounds (:func:`bench.compare`);
+    returns both median times, the speedup, the middle half of the rounds' speedups, the verdict and its
+    phrase."""
     from gpuformer_lib.attention import scaled_dot_product_attention
 
     shape = (batch_size, n_heads, seq_len, head_size)
@@ -299,10 +363,12 @@ def attention_benchmark(device: torch.device, *, batch_size: int, n_heads: int, 
     def fused() -> None:
         F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
 
-    times = {name: bench.time_fn(fn, device=device, warmup=2, repeats=repeats).median
-             for name, fn in (("explicit_s", explicit), ("fused_s", fused))}
-    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."), **times,
-            "speedup": bench.speedup(times["explicit_s"], times["fused_s"])}
+    result = bench.compare({"explicit": explicit, "fused": fused}, device=device, warmup=2,
+                           repeats=max(repeats, 5), max_repeats=max(repeats, 5) * 3)["fused"]
+    return {"shape": list(shape), "dtype": str(dtype).removeprefix("torch."),
+            "explicit_s": result.timings["explicit"].median, "fused_s": result.timings["fused"].median,
+            "speedup": result.speedup, "ratio_range": list(result.ratio_range), "verdict": result.verdict,
+            "phrase": result.phrase()}
 
 
 # --------------------------------------------------------------------------- the whole ladder
@@ -326,6 +392,10 @@ class LadderResult:
     """Causal attention forward + backward at the preset's shape: explicit against fused (SDPA)."""
     versions: dict
     date: str
+    comparisons: dict[str, bench.Comparison] = dataclasses.field(default_factory=dict)
+    """With ``interleaved=True``: each timed rung against the one before it, PyTorch's model against the
+    fused-SDPA rung (:func:`rung_comparisons`), by the candidate's key; empty when the rungs were timed one
+    after the other (each alone in memory), which gives no rung-to-rung verdict."""
 
     def row(self, key: str) -> LadderRow:
         return next(r for r in self.rows if r.key == key)
@@ -344,7 +414,11 @@ class LadderResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        out = {f.name: dataclasses.asdict(self)[f.name] for f in dataclasses.fields(self) if f.name != "comparisons"}
+        out["comparisons"] = {key: {"baseline": c.baseline, "candidate": c.candidate, "speedup": c.speedup,
+                                    "ratio_range": list(c.ratio_range), "verdict": c.verdict, "rounds": len(c.ratios)}
+                              for key, c in self.comparisons.items()}
+        return out
 
 
 def _versions() -> dict[str, str]:
@@ -358,9 +432,18 @@ def _versions() -> dict[str, str]:
 
 
 def run_ladder(preset: str | LadderPreset | None = None, device: str | torch.device | None = None, *,
-               steps: int = 10, warmup: int = 3, skip: tuple[str, ...] = (), verbose: bool = True) -> LadderResult:
+               steps: int = 10, warmup: int = 3, skip: tuple[str, ...] = (), verbose: bool = True,
+               interleaved: bool = False, max_seconds: float | None = None) -> LadderResult:
     """Measure every rung for ``preset`` (default: :func:`preset_for` this device) on ``device`` (default: the
-    best available; the CPU in a rehearsal)."""
+    best available; the CPU in a rehearsal).
+
+    By default each rung is built, timed and freed in turn (``steps`` timed steps), so that only one rung's model
+    is in memory at a time: the GPU suite's way, and the command's. Timings taken one after the other do not
+    say whether one rung beat the next on a machine whose load changes. With ``interleaved=True`` every rung is
+    built at once and the rungs are timed in interleaved rounds (:func:`bench.time_interleaved`, at least 5,
+    more while the spread is wide, ``max_seconds`` capping the extra rounds), and
+    :attr:`LadderResult.comparisons` holds a verdict per step of the climb (:func:`rung_comparisons`): for a
+    small model on a CPU or a GPU with room for every rung's model. Out of memory is then not caught."""
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}: choose one of {sorted(PRESETS)}")
@@ -375,8 +458,16 @@ def run_ladder(preset: str | LadderPreset | None = None, device: str | torch.dev
     preset = preset if preset is not None else preset_for(profile)
     low = low_precision_dtype(profile) or torch.bfloat16  # a CPU without native bf16 shows what emulation costs
     peak, source = peak_flops_for(profile, device, low)
-    rows = []
-    for rung in ladder_rungs(low):
+    rows, comparisons = [], {}
+    if interleaved:
+        wanted = [r for r in ladder_rungs(low) if r.key not in skip]
+        timed_rows, timings = _measure_interleaved(wanted, preset, device, profile, steps=steps, warmup=warmup,
+                                                   peak=peak, max_seconds=max_seconds, verbose=verbose)
+        by_key = {r.key: r for r in timed_rows}
+        rows = [by_key.get(r.key) or LadderRow(r.key, r.name, note="skipped: asked to") for r in ladder_rungs(low)]
+        comparisons = rung_comparisons(rows, timings)
+        memory.free_cached_memory()
+    for rung in ([] if interleaved else ladder_rungs(low)):
         if rung.key in skip:
             rows.append(LadderRow(rung.key, rung.name, note="skipped: asked to"))
             continue
@@ -403,7 +494,7 @@ def run_ladder(preset: str | LadderPreset | None = None, device: str | torch.dev
         hardware=dataclasses.asdict(hardware_summary(device)), batch_size=preset.batch_size, seq_len=preset.seq_len,
         n_params=count_parameters(DecoderLM(c)), flops_per_step=transformer_flops(c, preset.batch_size, preset.seq_len),
         peak_flops=peak, peak_source=source, rows=rows, attention=attention, versions=_versions(),
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), comparisons=comparisons)
 
 
 def _slug(text: str) -> str:

@@ -138,7 +138,10 @@ def transformer_flops(config: TransformerConfig, batch_size: int, tgt_len: int, 
     With ``src_len > 0`` the encoder-decoder ``Transformer``
     (``config.n_encoder_layers`` + ``n_decoder_layers``), otherwise the decoder-only ``DecoderLM``.
     Per layer and token: projections 8 C^2 (Q, K, V, output), feed-forward 4 C d_ff, attention 4 T C
-    (scores and weighted sum, the full T x T: causal masking does not halve what most kernels compute);
+    (scores and weighted sum over the full T x T, as the explicit computation does them: it computes the
+    masked scores, then fills them with -inf; ``FlopCounterMode`` counts the same). A fused causal kernel
+    skips the tiles above the diagonal (chapter 3 counts and times them) and does about half of that term
+    at long T: ``tiled_attention.attention_flops(causal=True)`` and the course's predictor count that half;
     cross-attention adds 4 C^2 + 4 S C, and projecting the encoder memory 4 S C^2 per sequence. Training
     is 3x the forward (the backward computes gradients for inputs and weights). Embedding lookups,
     norms and softmax are left out, as is customary (they are a few percent).
@@ -167,6 +170,32 @@ def transformer_flops(config: TransformerConfig, batch_size: int, tgt_len: int, 
     else:
         forward = config.n_decoder_layers * self_layer(T) + 2 * T * C * V
     return batch_size * forward * (3 if training else 1)
+
+
+def checkpointed_training_flops(config: TransformerConfig, batch_size: int, seq_len: int,
+                                checkpointed_layers: int) -> int:
+    """Matrix-product FLOPs the hardware does in one training step of a decoder-only ``DecoderLM`` whose
+    ``checkpointed_layers`` layers are checkpointed (``speed.apply_activation_checkpointing`` wraps the layer
+    stack only): :func:`transformer_flops` plus what the backward pass recomputes, HFU's numerator (MFU's is
+    :func:`transformer_flops`).
+
+    Recomputed is one forward pass of those layers only: the embedding, the output projection and the loss are
+    outside them. And not all of it: PyTorch's non-reentrant checkpoint (``use_reentrant=False``, with its
+    early stop, on by default) stops recomputing once the last tensor the backward pass needs is back. In a
+    pre-LN layer (``norm_first``) the feed-forward's second product ends the layer: its output goes only into
+    the residual sum, which saves nothing, so it is not run again (``2 T C d_ff`` per sequence less). In a
+    post-LN layer the last norm saves that output and the whole layer is recomputed. Either way the total is
+    below the 4/3 of the model's FLOPs that recomputing everything would give. ``FlopCounterMode`` agrees on
+    the explicit attention path (``tests/test_memory_and_flops.py``)."""
+    model_flops = transformer_flops(config, batch_size, seq_len)  # checks config, batch_size and seq_len
+    if not _is_int(checkpointed_layers) or not 0 <= checkpointed_layers <= config.n_decoder_layers:
+        raise ValueError(f"checkpointed_layers must be an int from 0 to the {config.n_decoder_layers} decoder layers,"
+                         f" got {checkpointed_layers!r}")
+    C, F, T = config.d_model, config.d_ff, int(seq_len)
+    layer_forward = 8 * T * C * C + 4 * T * T * C + 4 * T * C * F  # as transformer_flops's self_layer
+    if config.norm_first:  # the last product's output is saved by nothing: the early stop skips it
+        layer_forward -= 2 * T * C * F
+    return model_flops + int(checkpointed_layers) * int(batch_size) * layer_forward
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

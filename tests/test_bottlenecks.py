@@ -46,21 +46,47 @@ def test_measured_peak_is_the_fastest_repeat_measured_once(monkeypatch):
 # --------------------------------------------------------------------------- a sync's cost: the baseline never waits per step
 
 
-def test_sync_cost_baseline_waits_once_per_repeat_not_per_step(monkeypatch):
+def test_sync_cost_baseline_waits_once_per_round_not_per_step(monkeypatch):
     log = []
+    clock = FakeClock()
+    monkeypatch.setattr(bench, "time", clock)
     monkeypatch.setattr(bench, "synchronize", lambda device=None: log.append("sync"))
-    cost = bottlenecks.sync_cost(lambda: log.append("q"), lambda: log.append("r"), "cpu", steps=5, repeats=2,
-                                 warmup=0)
-    runs = "".join("|" if x == "sync" else x for x in log).split("|")
-    assert [r for r in runs if r] == ["qqqqq", "rrrrr", "qqqqq", "rrrrr"]  # 5 steps back to back, then one wait
-    assert cost.steps == 5 and len(cost.queued.times) == 2 and cost.ratio > 0
+
+    def queued():
+        log.append("q")
+        clock.sleep(0.010)
+
+    def reading():
+        log.append("r")
+        clock.sleep(0.015)
+
+    cost = bottlenecks.sync_cost(queued, reading, "cpu", steps=5, repeats=5, warmup=0)
+    runs = [r for r in "".join("|" if x == "sync" else x for x in log).split("|") if r]
+    # 5 steps back to back, then one wait; interleaved rounds, the order reversed every other round
+    assert runs == ["qqqqq", "rrrrr", "rrrrr", "qqqqq"] * 2 + ["qqqqq", "rrrrr"]
+    assert cost.steps == 5 and len(cost.queued.times) == 5 and len(cost.reading.times) == 5
+    assert cost.ratio == pytest.approx(1.5) and cost.comparison.verdict == "slower"
+    with pytest.raises(ValueError, match="repeats"):
+        bottlenecks.sync_cost(queued, reading, "cpu", steps=5, repeats=2)
 
 
-def test_sync_cost_words_follow_the_value():
-    assert "no measurable cost" in bottlenecks.sync_cost_words(1.15, "cpu")  # the first edition's 'near nothing'
-    assert "beyond the noise" in bottlenecks.sync_cost_words(2.0, "cuda")
-    assert "needs a GPU" in bottlenecks.sync_cost_words(1.0, "cpu")
-    assert "GPU" not in bottlenecks.sync_cost_words(1.0, "cuda")
+def _cost(queued, reading):
+    timings = {"queued": bench.Timing(tuple(queued), 0, 3), "reading": bench.Timing(tuple(reading), 0, 3)}
+    return bottlenecks.SyncCost(bench.Comparison("queued", "reading", timings), 3)
+
+
+def test_sync_cost_words_follow_the_verdict_not_a_threshold():
+    # every round 1.5x slower: a cost beyond the spread, whatever a fixed band would say
+    costly = _cost([0.1] * 5, [0.15] * 5)
+    assert "the wait costs time" in bottlenecks.sync_cost_words(costly, "cuda")
+    # a 2x median with rounds on both sides of 1: within the spread, no verdict of a cost
+    noisy = _cost([0.1, 0.1, 0.1, 0.1, 0.1], [0.05, 0.2, 0.2, 0.05, 0.2])
+    assert noisy.ratio == pytest.approx(2.0) and noisy.comparison.verdict == "no difference we can see"
+    assert "no cost we can see" in bottlenecks.sync_cost_words(noisy, "cuda")
+    assert "needs a GPU" in bottlenecks.sync_cost_words(noisy, "cpu")
+    assert "GPU" not in bottlenecks.sync_cost_words(noisy, "cuda")
+    with pytest.raises(TypeError, match="SyncCost"):
+        bottlenecks.sync_cost_words(1.15, "cpu")
 
 
 # --------------------------------------------------------------------------- input stalls: the host's time only

@@ -187,3 +187,28 @@ def test_memory_calculator_shows_a_first_result_and_recomputes():
     assert "Does not fit" in large
     assert calculator_report_html(data, CalculatorChoice("GPT-2 XL (48 x 1600)", batch_size=32,
                                                          checkpointing=True)) != large
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_checkpointed_training_flops_counts_only_what_the_backward_recomputes(norm_first):
+    """HFU's numerator (chapter 10; review 2026-11-27, ch10 error 1): checkpointing wraps the layer stack only,
+    so the output projection is not recomputed, and PyTorch's early stop skips a pre-LN layer's last product:
+    PyTorch's own FLOP counter, run on a checkpointed step, agrees exactly; the 4/3 rule overstates it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from gpuformer_lib import speed
+    from gpuformer_lib.model import DecoderLM, TransformerConfig, checkpointed_training_flops, transformer_flops
+
+    c = TransformerConfig(vocab_size=100, d_model=64, n_heads=4, n_decoder_layers=3, d_ff=256, dropout=0.0,
+                          max_len=64, fused_attention=False, norm_first=norm_first)
+    lm = DecoderLM(c)
+    n = speed.apply_activation_checkpointing(lm)
+    x = torch.randint(0, 100, (2, 48))
+    with FlopCounterMode(display=False) as counter:
+        lm(x).sum().backward()
+    assert n == 3
+    assert counter.get_total_flops() == checkpointed_training_flops(c, 2, 48, n)
+    assert transformer_flops(c, 2, 48) < checkpointed_training_flops(c, 2, 48, n) < transformer_flops(c, 2, 48) * 4 / 3
+    assert checkpointed_training_flops(c, 2, 48, 0) == transformer_flops(c, 2, 48)
+    with pytest.raises(ValueError, match="checkpointed_layers"):
+        checkpointed_training_flops(c, 2, 48, 4)

@@ -381,3 +381,30 @@ def test_peak_flops_for_each_profile(monkeypatch):
                                                                               "(fastest of 10)")
     assert ladder.peak_flops_for(PROFILES["cpu"], "cpu", torch.float32)[0] == 1.0e11
     assert measured == [torch.float16, torch.float32, torch.bfloat16, torch.float32]
+
+
+def test_interleaved_ladder_judges_each_step_of_the_climb_by_its_rounds(monkeypatch):
+    """Chapter 10's CPU ladder (review 2026-11-27, ch10 error 2: a rung '36.3 -> 44.4 ms' from 3 steps timed one
+    after the other): with ``interleaved=True`` the rungs are timed in interleaved rounds and each step of the
+    climb carries a bench.Comparison. A fake clock makes every timed call last the same, so the verdicts are
+    known: no difference, whatever this machine's load."""
+    from fake_clock import FakeClock
+
+    monkeypatch.setattr(bench, "time", FakeClock(tick=1e-3))
+    result = ladder.run_ladder(MICRO, "cpu", steps=2, warmup=1, skip=("compile", "fused_adamw"), verbose=False,
+                               interleaved=True)
+    rows = {r.key: r for r in result.rows}
+    assert rows["compile"].note == "skipped: asked to" and "GPU" in rows["tf32"].note
+    assert set(result.comparisons) == {"autocast", "sdpa", "pytorch"}
+    assert [(c.baseline, c.candidate) for c in result.comparisons.values()] == [
+        ("fp32", "autocast"), ("autocast", "sdpa"), ("sdpa", "pytorch")]
+    for key, c in result.comparisons.items():
+        assert len(c.ratios) >= 5 and c.verdict == "no difference we can see"
+        assert rows[key].step_s == c.timings[key].median  # the table's number is the rounds' median
+    assert result.attention["verdict"] == "no difference we can see" and "phrase" in result.attention
+    saved = result.to_json()["comparisons"]
+    assert saved["sdpa"]["baseline"] == "autocast" and saved["sdpa"]["rounds"] >= 5
+    json.dumps(result.to_json(), default=str)
+    # the default keeps the suite's way: one rung at a time, no verdicts
+    assert ladder.run_ladder(MICRO, "cpu", steps=1, warmup=1, skip=("compile", "fused_adamw", "autocast", "pytorch"),
+                             verbose=False).comparisons == {}
