@@ -275,6 +275,43 @@ def launch_check(run: RunSize, gpu: str, dtype: torch.dtype, operators: int | No
     return LaunchCheck(gpu, dtype, work.matrix_flops, work.kernels, step.gpu_s, step.host_s)
 
 
+MODE_DTYPES = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""The autocast dtype of each training precision (None: no autocast; ``tf32`` is float32 with TF32 matmuls)."""
+
+
+def compare_precisions(config: TransformerConfig, loss_fn: Callable, batch, modes: Sequence[str], *,
+                       device: torch.device | str, lr: float = 1e-4, **timing) -> dict:
+    """One training step of a ``DecoderLM`` of ``config`` on ``batch`` in each of ``modes`` (``fp32`` first, the
+    baseline; then any of ``tf32``, ``bf16``, ``fp16``), timed in interleaved rounds after a warm-up
+    (``bench.compare``, which ``timing`` goes to): each mode's :class:`~gpuformer_lib.bench.Comparison` against
+    ``fp32``, by mode. The modes share one model and one AdamW at a small constant rate (a step's time does not
+    depend on the weights' values, and a rate meant for a fresh model with warm-up could grow fp16's
+    activations to overflow); fp16 steps go through a ``GradScaler``; the steps are ``speed.make_train_step``'s
+    (``loss_fn(model, batch)`` returns the mean loss and the token count). The batch must already be on
+    ``device``."""
+    from gpuformer_lib import bench, speed
+    from gpuformer_lib.model import DecoderLM
+
+    modes = list(modes)
+    if not modes or modes[0] != "fp32" or len(set(modes)) != len(modes) or len(modes) < 2:
+        raise ValueError(f"modes must start with 'fp32' (the baseline) and name at least one other, once each; "
+                         f"got {modes}")
+    unknown = [m for m in modes if m not in MODE_DTYPES]
+    if unknown:
+        raise ValueError(f"unknown precision modes {unknown}: use {list(MODE_DTYPES)}")
+    device = torch.device(device)
+    model = DecoderLM(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+
+    def timed_step(mode: str) -> Callable[[], object]:
+        dtype = MODE_DTYPES[mode]
+        scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+        step = speed.make_train_step(model, optimizer, loss_fn, dtype=dtype, scaler=scaler, tf32=mode == "tf32")
+        return lambda: step([batch])
+
+    return bench.compare({mode: timed_step(mode) for mode in modes}, baseline="fp32", device=device, **timing)
+
+
 # --------------------------------------------------------------------------- bytes per parameter
 
 

@@ -4,6 +4,7 @@ assert in the notebook, so a later edit cannot bring it back silently. Also the 
 import re
 
 import pytest
+import torch
 
 from gpuformer_lib.exercises.training import SYNC_LOOP, check_host_syncs, check_padding_prediction
 
@@ -107,3 +108,68 @@ def test_padding_check_refuses_bad_settings_and_names_the_sizes_it_grades():
 def test_host_sync_loop_has_its_fifteen_lines():
     assert len(SYNC_LOOP) == 15
     assert check_host_syncs({5, 8})
+
+
+# ---- issue 30: the batchings are timed through bench, and the kernel count is the course's one count
+
+COMPARISON_LINE = re.compile(
+    r"^(?P<candidate>[\w -]+): (?:(?P<factor>[\d.]+)x (?P<verdict>faster|slower) than (?P<baseline>[\w -]+?)"
+    r"|no faster or slower than (?P<tie_baseline>[\w -]+?) that we can see \((?P<tie>[\d.]+)x, within the spread "
+    r"of the rounds\)) \(median of (?P<rounds>\d+) interleaved rounds, .*middle half of the rounds' speedups "
+    r"(?P<low>[\d.]+)x-(?P<high>[\d.]+)x\)$", re.M)
+
+
+def printed_comparisons(out: str) -> dict[tuple[str, str], re.Match]:
+    return {(m["baseline"] or m["tie_baseline"], m["candidate"]): m for m in COMPARISON_LINE.finditer(out)}
+
+
+def assert_verdict_follows_the_rounds(m: re.Match) -> None:
+    """The printed verdict agrees with the printed middle half of the rounds' speedups (rounded to 2 places)."""
+    low, high = float(m["low"]), float(m["high"])
+    assert int(m["rounds"]) >= 5, m.group(0)
+    if m["verdict"] == "faster":
+        assert low >= 1.0 and float(m["factor"]) > 1.0, m.group(0)
+    elif m["verdict"] == "slower":
+        assert high <= 1.0 and float(m["factor"]) > 1.0, m.group(0)
+    else:
+        assert not (low > 1.005 and float(m["tie"]) > 1.025) and not (high < 0.995 and float(m["tie"]) < 0.975)
+
+
+def test_batchings_are_timed_in_interleaved_rounds_with_their_spread(cells):
+    code, out, glued = pages.text(cells, "code"), pages.outputs(cells), pages.glued(cells)
+    assert "def throughput(" not in code, "one timing per batching, no warm-up (the review's error 2)"
+    assert "bench.time_interleaved(" in code and "bench.Comparison(" in code
+    found = printed_comparisons(out)
+    pairs = {("random batches", "bucketed batches"): "bucket_speedup",
+             ("random batches", "token-budget batches"): "budget_speedup",
+             ("bucketed batches", "token-budget batches"): "budget_vs_bucket"}
+    for pair, key in pairs.items():
+        m = found[pair]
+        assert_verdict_follows_the_rounds(m)
+        phrase = m.group(0)[len(pair[1]) + 2:m.group(0).index(" (median of")]
+        assert glued[key] == phrase, (key, glued[key], phrase)
+
+
+def test_kernel_count_is_the_course_count_with_views_left_out(cells):
+    """The review's error 1: the page counted every dispatched operator (views, detaches and the model's own
+    initialisation included) as a kernel launch. The count is the predictor's (predict.count_kernels, the
+    model built outside the count), and the break-even launch cost is the GPU's work over that count."""
+    import dataclasses
+
+    from gpuformer_lib import model_sizes, predict
+    from gpuformer_lib.profiles import SizePreset
+
+    code, prose, out = pages.text(cells, "code"), pages.text(cells, "markdown"), pages.outputs(cells)
+    assert "TorchDispatchMode" not in code and "__torch_dispatch__" not in code
+    assert "at least one kernel launch" not in prose
+    assert "predict.training_work(" in code and "work.kernels" in code
+    glued = pages.glued(cells)
+    src_vocab, tgt_vocab = (int(v.replace(",", "")) for v in re.search(
+        r"vocabularies: ([\d,]+) English words, ([\d,]+) Chinese characters", out).groups())
+    run = model_sizes.translation_run(SizePreset("gpu", reason="test"), src_vocab, tgt_vocab, 24)
+    cfg = dataclasses.replace(run.config, check_token_ids=False)
+    kernels = predict.count_kernels(cfg, src_len=8, dtype=torch.bfloat16).total
+    assert int(glued["ops_h100"].replace(",", "")) == kernels
+    gpu_ms = float(glued["gpu_h100"].split()[0])
+    breakeven_us = float(glued["breakeven_h100"].split()[0])
+    assert breakeven_us == pytest.approx(1e3 * gpu_ms / kernels, rel=0.01)

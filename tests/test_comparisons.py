@@ -80,7 +80,7 @@ def offences(chapter: str) -> list[str]:
     return found
 
 
-PENDING = {"07", "08"}
+PENDING: set[str] = set()
 """Chapters whose comparisons are not yet moved to ``bench.compare`` (issue 30, open): expected to fail, strictly,
 so a chapter that is moved must leave this set. It only shrinks."""
 

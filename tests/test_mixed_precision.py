@@ -203,3 +203,75 @@ def test_stochastic_rounding_is_unbiased_and_lands_on_bf16_values():
     assert float(r.double().mean()) == pytest.approx(1.0 + 2**-9, abs=2e-5)
     neg = mp.stochastic_round_bf16(-x, torch.Generator().manual_seed(1)).float()
     assert float(neg.double().mean()) == pytest.approx(-(1.0 + 2**-9), abs=2e-5)
+
+
+# ---- compare_precisions: the modes' step times through bench.compare (issue 30), on a fake clock
+
+
+def _pattern_loss(fake_seconds, calls):
+    """A loss function that moves the fake clock by the seconds of the mode it runs in (read from autocast)."""
+    import torch.nn.functional as F
+
+    from gpuformer_lib import bench
+
+    def loss_fn(model, batch):
+        x, y = batch
+        mode = (("bf16" if torch.get_autocast_dtype("cpu") == torch.bfloat16 else "fp16")
+                if torch.is_autocast_enabled("cpu") else "fp32")
+        calls.append(mode)
+        bench.time.sleep(fake_seconds[mode])
+        return F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten()), y.numel()
+
+    return loss_fn
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    from fake_clock import FakeClock
+
+    from gpuformer_lib import bench
+
+    clock = FakeClock()
+    monkeypatch.setattr(bench, "time", clock)
+    return clock
+
+
+def _tiny_config():
+    from gpuformer_lib.model import TransformerConfig
+
+    return TransformerConfig(vocab_size=16, d_model=16, n_heads=2, n_decoder_layers=1, d_ff=32, dropout=0.0,
+                             max_len=8, check_token_ids=False)
+
+
+def test_compare_precisions_words_each_mode_by_its_rounds(fake_time):
+    from gpuformer_lib import data
+
+    calls: list[str] = []
+    loss_fn = _pattern_loss({"fp32": 3.0, "bf16": 1.0, "fp16": 3.0}, calls)
+    batch = data.repeating_patterns(0, 16, batch_size=2, seq_len=8)
+    result = mp.compare_precisions(_tiny_config(), loss_fn, batch, ["fp32", "bf16", "fp16"], device="cpu", warmup=2,
+                                   repeats=5)
+    assert set(result) == {"bf16", "fp16"} and all(c.baseline == "fp32" for c in result.values())
+    assert result["bf16"].verdict == "faster" and result["bf16"].speedup == pytest.approx(3.0)
+    assert result["bf16"].phrase() == "3.00x faster than fp32"
+    assert result["fp16"].verdict == "no difference we can see"
+    assert calls[:6] == ["fp32", "bf16", "fp16"] * 2, "the warm-up runs every mode before the rounds"
+    assert calls.count("bf16") == 2 + 5 and len(result["bf16"].ratios) == 5
+
+
+def test_compare_precisions_shares_one_model_and_refuses_a_missing_baseline(fake_time):
+    from gpuformer_lib import data
+
+    seen = []
+
+    def loss_fn(model, batch):
+        seen.append(id(model))
+        x, y = batch
+        return torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()), y.numel()
+
+    batch = data.repeating_patterns(0, 16, batch_size=2, seq_len=8)
+    mp.compare_precisions(_tiny_config(), loss_fn, batch, ["fp32", "bf16"], device="cpu", warmup=0, repeats=5)
+    assert len(set(seen)) == 1
+    for modes in (["bf16", "fp32"], ["fp32"], ["fp32", "fp32"], ["fp32", "fp8"]):
+        with pytest.raises(ValueError):
+            mp.compare_precisions(_tiny_config(), loss_fn, batch, modes, device="cpu")
