@@ -121,3 +121,19 @@ def test_exercise_4_1_solution_is_self_contained(cells):
     solution = _cell(cells, "d6bb718d")
     assert "library." not in solution and "split_heads(x, heads)" not in solution
     assert "x_ex = torch.randn" in solution
+
+
+def test_decode_intensity_section_finds_no_compute_bound_batch_at_a_long_context(cells):
+    """Issue 30 item 4 (the review's "intensity-against-batch decoding plot"): the section counts with the
+    library's decode_intensity and compute_bound_batch, draws the predicted ridges, and its stored table says
+    that at 4,096 tokens no batch turns Llama-2-7B's decoding compute-bound, with either attention."""
+    code = _cell(cells, "c4-intensity-cell")
+    assert "kv_cache.decode_intensity(" in code and "kv_cache.compute_bound_batch(" in code
+    assert "assert all(turn[gpu, n_kv, long_ctx] is None for gpu, n_kv, _ in turn)" in code
+    assert "(predicted)" in _cell(cells, "c4-intensity-cell-part2")
+    shown = _outputs(cells, "c4-intensity-cell")
+    rows = {tuple(line.split()[:-3]): line.split()[-2:] for line in shown.splitlines()
+            if line.startswith(("MHA", "GQA"))}
+    assert len(rows) == 4, shown
+    assert rows[("MHA", "4,096")] == rows[("GQA,", "8", "4,096")] == ["none", "none"]
+    assert rows[("GQA,", "8", "128")] != ["none", "none"], "a short context with GQA does turn compute-bound"

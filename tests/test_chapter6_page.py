@@ -167,3 +167,18 @@ def test_optimizer_ranking_says_it_describes_early_training(cells):
         best = float(re.search(r"best run's (\d+\.\d+)", early).group(1))
         chance = float(re.search(r"chance: (\d+\.\d+)", early).group(1))
         assert ("early training only" in early) == (best > 0.05 * chance)
+
+
+def test_adamw_from_scratch_exercise_is_checked_against_torch(cells):
+    """Issue 30 item 4 (the review's top item for ch6): an AdamW-from-scratch exercise with the update as
+    equations, a stub, the check call, and a folded solution that passes check_adamw_step."""
+    statement = "".join(next(c for c in cells if c.get("id") == "c6-adamw-ex-md")["source"])
+    for term in ("decoupled decay", "the two moments", "bias correction", "outside the square root",
+                 r"\sqrt{\hat v} + \varepsilon"):
+        assert term in statement, term
+    stub = "".join(next(c for c in cells if c.get("id") == "c6-adamw-ex-cell")["source"])
+    assert "raise NotImplementedError  # your code here" in stub and "check_adamw_step(adamw_step)" in stub
+    solution = next(c for c in cells if c.get("id") == "c6-adamw-ex-solution")
+    assert {"hide-cell", "solution"} <= set(solution["metadata"]["tags"])
+    assert "assert check_adamw_step(adamw_step)" in "".join(solution["source"])
+    assert "equals torch.optim.AdamW" in pages.outputs([solution], mimes=("text/",))
