@@ -16,7 +16,8 @@ Covers:
 - data parallel from scratch: :func:`broadcast_parameters`, :func:`average_gradients`,
   :class:`NaiveDataParallel` (hooks that all-reduce each gradient as soon as it is ready, ``no_sync``
   for accumulation), :func:`ring_all_reduce` written with point-to-point sends and
-  :func:`hierarchical_all_reduce` (inside nodes, then across them), with the alpha-beta cost model
+  :func:`hierarchical_all_reduce` (inside nodes, then across them), :class:`ShardedAdamW` (ZeRO stage 1:
+  AdamW's moments split over the ranks, :func:`zero1_bytes_per_rank`), with the alpha-beta cost model
   (:func:`ring_allreduce_time`) and :func:`scaling`; :func:`ddp_messages` counts DDP's bucket messages;
 - model parallel from scratch: :func:`gpipe_bubble` and :func:`run_gpipe` (micro-batches through
   pipeline stages on different ranks, timed with :func:`wait_for_device` around each stage's work, as
@@ -511,6 +512,73 @@ class NaiveDataParallel(nn.Module):
         self._pending.clear()
         self._pending_ids.clear()
         self._finish_queued = False
+
+
+class ShardedAdamW:
+    """ZeRO stage 1 by hand: AdamW whose moments are split over the ranks (Rajbhandari et al., 2020).
+
+    Replicated AdamW keeps two float32 moments per parameter on every rank, 8 bytes per parameter N times
+    over. Here the parameters are seen as one flat vector of Ψ values, padded to N shards of
+    S = ⌈Ψ/N⌉; rank r owns the shard [r S, (r+1) S): a float32 copy of those weights and an ordinary
+    ``torch.optim.AdamW`` over it, so it holds 8 S bytes of moments instead of 8 Ψ. ``step()`` expects
+    gradients already averaged over the ranks (DDP or :func:`average_gradients`): it updates its own
+    shard from its slice of the flat gradient, then ``all_gather`` gives every rank every updated shard
+    and the weights are copied back. AdamW is elementwise, so the result is the same numbers as one
+    process running ``torch.optim.AdamW`` on the same gradients.
+
+    Only all-reduce (upstream) and all-gather are used, which every backend supports. ZeRO-2 would
+    reduce-scatter the gradients instead (each rank receives only its shard's average, the same bytes
+    as the all-reduce, and frees the rest); ZeRO-3 shards the weights too (chapter 12)."""
+
+    def __init__(self, params, *, group=None, **adamw_kwargs):
+        self.params = [p for p in params if p.requires_grad]
+        self.group = group
+        self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.numel = sum(p.numel() for p in self.params)  # Ψ
+        self.shard_size = math.ceil(self.numel / self.world)  # S
+        start = self.rank * self.shard_size
+        flat = self._flat([p.detach() for p in self.params])
+        self.shard = nn.Parameter(flat[start:start + self.shard_size].clone())
+        self.optimizer = torch.optim.AdamW([self.shard], **adamw_kwargs)
+
+    def _flat(self, tensors: list[Tensor]) -> Tensor:
+        """The tensors as one vector, zero-padded to N S values."""
+        flat = torch.cat([t.flatten() for t in tensors])
+        return nn.functional.pad(flat, (0, self.world * self.shard_size - self.numel))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        S, start = self.shard_size, self.rank * self.shard_size
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in self.params]
+        self.shard.grad = self._flat(grads)[start:start + S].to(self.shard.dtype)
+        self.optimizer.step()  # AdamW on this rank's S values only
+        gathered = self.shard.new_empty(self.world * S)
+        dist.all_gather(list(gathered.split(S)), self.shard.detach(), group=self.group)
+        offset = 0
+        for p in self.params:  # every rank now holds every updated weight
+            p.copy_(gathered[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this rank holds: AdamW's two moments of its shard (the step counter,
+        a scalar, left out)."""
+        return sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
+                   for t in s.values() if torch.is_tensor(t) and t.dim() > 0)
+
+
+def zero1_bytes_per_rank(n_params: int, world_size: int, bytes_per_state: int = 8) -> int:
+    """Optimizer-state bytes per rank: ``bytes_per_state`` (AdamW: two float32 moments, 8) times
+    ⌈Ψ / N⌉ with ZeRO-1, times Ψ replicated (``world_size`` = 1)."""
+    if n_params < 1 or world_size < 1:
+        raise ValueError(f"n_params and world_size must be >= 1, got {n_params} and {world_size}")
+    return bytes_per_state * math.ceil(n_params / world_size)
 
 
 def ring_all_reduce(tensor: Tensor) -> Tensor:

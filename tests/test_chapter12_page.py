@@ -82,3 +82,19 @@ def test_exercises_measure_or_predict(cells):
         assert check in code
     solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
     assert len(solutions) >= 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+
+
+def test_expert_parallelism_is_checked_and_counted(cells):
+    """Review of 2026-11-27: 'Nothing on expert parallelism'. Section 12.8 runs the worker's experts command in
+    the chapter's one two-rank launch, equal to one process, and counts its all-to-alls against TP's bytes."""
+    code = pages.text(cells, "code")
+    assert 'ep = run["experts"]' in code and code.count("distributed.launch(") == 2  # two_ranks and the mesh
+    assert "assert ep_gap < 1e-5" in code and "assert abs(ep_b / tp_b - 2 / P) < 1e-12" in code
+    glued = pages.glued(cells)
+    assert float(glued["ep_gap"]) < 1e-5 and 0 < int(glued["ep_sent"]) < int(glued["ep_rows"])
+    assert 1 < float(glued["moe_skewed"]) <= int(glued["moe_e"]) and abs(float(glued["moe_aux"]) - 1) < 0.1
+    # k / P = 2 / 8 of tensor parallel's bytes per rank
+    ep8, tp8 = (float(glued[n].split()[0]) for n in ("ep8_mib", "tp8_mib"))
+    assert abs(ep8 / tp8 - 0.25) < 0.01
+    headings = re.findall(r"^## (12\.\d+) ", pages.text(cells, "markdown"), re.M)
+    assert headings == [f"12.{i}" for i in range(1, len(headings) + 1)]

@@ -50,6 +50,7 @@ def test_data_parallel_equals_one_process():
     assert old["weight_gap"] > 1e-3 and old["replica_spread"] > 1e-3, old  # the bug the fix removed
     hook = results["bf16_hook"]
     assert 1e-6 < hook["relative_gap"] < 1e-2, hook  # 16-bit rounding: not float32's, not garbage
+    assert results["zero1"]["weight_gap"] < 1e-6  # the same launch runs ZeRO-1 (chapter 11's page reads it)
 
 
 def test_ddp_accumulation_through_the_step_builder_equals_one_process_with_one_all_reduce_per_step():
@@ -60,6 +61,22 @@ def test_ddp_accumulation_through_the_step_builder_equals_one_process_with_one_a
     assert held["weight_gap"] < 1e-5 and every["weight_gap"] < 1e-5, results
     assert len(held["all_reduces_per_step"]) == 3 and min(held["all_reduces_per_step"]) >= 1
     assert [2 * k for k in held["all_reduces_per_step"]] == every["all_reduces_per_step"]
+
+
+def test_zero1_sharded_adamw_equals_one_process_with_half_the_optimizer_state():
+    """ZeRO stage 1 by hand (ShardedAdamW): each rank updates its half of the flattened parameters with its own
+    AdamW moments, then all-gathers. The weights equal torch.optim.AdamW on the same averaged gradients exactly
+    (AdamW is elementwise) and one process on the whole batch to float32 rounding; each rank holds 8 bytes per
+    parameter of its shard, half of replicated AdamW's (an odd count: the last shard padded)."""
+    result = run(DATA_PARALLEL, "zero1")["zero1"]
+    assert result["gap_to_replicated"] < 1e-7 and result["weight_gap"] < 1e-6, result
+    psi, n = result["n_params"], result["world_size"]
+    assert psi % 2 == 1 and result["shard_size"] == (psi + 1) // 2
+    assert result["replicated_state_bytes"] == 8 * psi
+    assert result["state_bytes_per_rank"] == [8 * result["shard_size"]] * n == [result["formula_bytes_per_rank"]] * n
+    assert D.zero1_bytes_per_rank(psi, 1) == 8 * psi and D.zero1_bytes_per_rank(10, 4) == 24
+    with pytest.raises(ValueError):
+        D.zero1_bytes_per_rank(0, 2)
 
 
 def test_ring_all_reduce_and_its_timing():

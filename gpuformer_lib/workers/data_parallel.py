@@ -6,15 +6,18 @@
 Subcommands: hello (ranks and an all-reduce), equivalence (naive, hooked and PyTorch DDP against one
 process on the whole batch, with no_sync accumulation for both the hooked version and DDP and a rank-0
 checkpoint; token-weighted DDP with uneven padding across ranks, the token count all-reduced or not; DDP's
-16-bit compression hook), accumulation (DDP accumulating micro-batches with and without no_sync: the same
-weights, all-reduces counted), sampler (DistributedSampler and set_epoch), allreduce (time against message
-size; the ring and the two-phase hierarchical all-reduce written by hand), scaling (a step without
-communication, with an all-reduce after backward, and DDP's, timed interleaved in one launch), fail (a rank
+16-bit compression hook; then zero1 in the same launch), zero1 (ZeRO stage 1: AdamW's moments sharded over
+the ranks, against one process with torch.optim.AdamW, and the optimizer-state bytes per rank), accumulation
+(DDP accumulating micro-batches with and without no_sync: the same weights, all-reduces counted), sampler
+(DistributedSampler and set_epoch), allreduce (time against message size; the ring and the two-phase
+hierarchical all-reduce written by hand), scaling (a step without communication, with an all-reduce after
+backward, and DDP's, timed interleaved in one launch), fail (a rank
 that raises). Gloo
 on CPU processes, NCCL on GPUs (GPUFORMER_BACKEND, set by distributed.launch). The DDP runs train
 through ``speed.make_train_step``, the step every chapter uses; the naive versions are written out.
 """
 
+import copy
 import os
 import tempfile
 import time
@@ -22,13 +25,14 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
 from gpuformer_lib import bench, data
-from gpuformer_lib.distributed import (NaiveDataParallel, average_gradients, hierarchical_all_reduce, rank_print,
-                                      report, ring_all_reduce, wait_for_device)
+from gpuformer_lib.distributed import (NaiveDataParallel, ShardedAdamW, average_gradients, hierarchical_all_reduce,
+                                      rank_print, report, ring_all_reduce, wait_for_device, zero1_bytes_per_rank)
 from gpuformer_lib.model import DecoderLM, TransformerConfig
 from gpuformer_lib.speed import StepOutput, make_train_step
 from gpuformer_lib.workers import lm_loss, run_command
@@ -170,6 +174,51 @@ def equivalence(env, device, steps=5, global_batch=GLOBAL_BATCH):
     report("losses", losses)
     report("uneven_padding", uneven_padding(env, device, batches))
     report("bf16_hook", compressed_gradients(env, device, batches[0], indices))
+    zero1(env, device)  # in the same launch: no extra process start
+
+
+def zero1(env, device, steps=4, rows=16, width=32, lr=1e-3):
+    """ZeRO stage 1 (``distributed.ShardedAdamW``: AdamW's moments split over the ranks) against one process
+    with ``torch.optim.AdamW`` on the whole batch, and against replicated AdamW on the same averaged gradients
+    (the sharding alone): the weights after ``steps`` steps, and the optimizer-state bytes each rank holds
+    against the replicated AdamW's. A small regression MLP: no parameter whose gradient is zero in exact
+    arithmetic (AdamW would turn rounding noise there into full steps)."""
+    n, r = env.world_size, env.rank
+    torch.manual_seed(0)  # the same model and data on every rank
+    reference = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.GELU(),
+                              nn.Linear(width, 1)).to(device)
+    replicated, sharded = copy.deepcopy(reference), copy.deepcopy(reference)
+    x, y = torch.randn(rows, width, device=device), torch.randn(rows, 1, device=device)
+    mine = slice(r * rows // n, (r + 1) * rows // n)
+    optimizers = {"one process": (reference, torch.optim.AdamW(reference.parameters(), lr=lr), slice(None)),
+                  "replicated": (replicated, torch.optim.AdamW(replicated.parameters(), lr=lr), mine),
+                  "zero1": (sharded, ShardedAdamW(sharded.parameters(), lr=lr), mine)}
+    for _ in range(steps):
+        for name, (model, opt, rows_here) in optimizers.items():
+            opt.zero_grad()
+            F.mse_loss(model(x[rows_here]), y[rows_here]).backward()
+            if name != "one process":
+                average_gradients(model)  # what DDP does; ZeRO-1 then updates only this rank's shard
+            opt.step()
+
+    def gap(a, b):
+        return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+    gaps = torch.tensor([gap(sharded, reference), gap(sharded, replicated)], device=device)
+    dist.all_reduce(gaps, op=dist.ReduceOp.MAX)
+    opt = optimizers["zero1"][1]
+    adamw_bytes = sum(t.numel() * t.element_size() for s in optimizers["replicated"][1].state.values()
+                      for t in s.values() if t.dim() > 0)
+    held = torch.tensor([opt.state_bytes()], device=device)
+    per_rank = [torch.zeros_like(held) for _ in range(n)]
+    dist.all_gather(per_rank, held)
+    rank_print(f"ZeRO-1: owns {opt.shard_size} of {opt.numel} values, {opt.state_bytes()} bytes of AdamW state "
+               f"(replicated: {adamw_bytes}); weights after {steps} steps differ from one process by "
+               f"{gaps[0].item():.1e}, from replicated AdamW by {gaps[1].item():.1e}")
+    report("zero1", {"weight_gap": gaps[0].item(), "gap_to_replicated": gaps[1].item(), "n_params": opt.numel,
+                     "world_size": n, "steps": steps, "shard_size": opt.shard_size,
+                     "state_bytes_per_rank": [int(t.item()) for t in per_rank], "replicated_state_bytes": adamw_bytes,
+                     "formula_bytes_per_rank": zero1_bytes_per_rank(opt.numel, n)})
 
 
 def paused(step, seconds=0.02):
@@ -402,7 +451,7 @@ def fail(env, device):
     dist.barrier()  # the other ranks wait here until the timeout or until torchrun stops them
 
 
-COMMANDS = {f.__name__: f for f in (hello, equivalence, accumulation, sampler, allreduce, scaling, fail)}
+COMMANDS = {f.__name__: f for f in (hello, equivalence, zero1, accumulation, sampler, allreduce, scaling, fail)}
 
 if __name__ == "__main__":
     run_command(COMMANDS, "gpuformer_lib.workers.data_parallel")

@@ -10,7 +10,7 @@ schedules against one process), tensor (Megatron's column and row splits by hand
 parallelize_module), fsdp (FSDP2 fully_shard against one process, and memory per rank against the
 chapter 9 calculator), mesh (tensor parallel and FSDP2 on a 2 x 2 device mesh, 4 processes), experts (a
 mixture-of-experts layer with its experts split over the ranks, against one process), two_ranks
-(gpipe, pipelining, tensor and fsdp in one launch). Gloo on
+(gpipe, pipelining, tensor, fsdp and experts in one launch). Gloo on
 CPU processes, NCCL on GPUs (GPUFORMER_BACKEND). The commands that train with an optimizer (fsdp, mesh)
 step through ``speed.make_train_step``; the pipelines and tensor splits are written out by hand.
 """
@@ -452,8 +452,8 @@ def experts(env, device, *, width=32, hidden=64, n_experts=4, top_k=2, rows=24):
 
 def two_ranks(env, device):
     """Every two-rank experiment of the chapter in one launch (gpipe with pipeline_memory, pipelining,
-    tensor, fsdp): the notebook pays for starting the processes once instead of four times."""
-    for command in (gpipe, pipelining, tensor, fsdp):
+    tensor, fsdp, experts): the notebook pays for starting the processes once instead of five times."""
+    for command in (gpipe, pipelining, tensor, fsdp, experts):
         command(env, device)
         dist.barrier()
 
