@@ -57,3 +57,20 @@ def test_timing_comparisons_go_through_bench_compare():
     code = _code()
     assert code.count("bench.compare(") >= 2 and "fusion.verdict ==" in code and "interp.verdict ==" in code
     assert "fusion_speedup >= 1.1" not in code and "triton_s / torch_s" not in code
+
+
+def test_grouped_tile_order_is_taught_with_its_working_sets():
+    """Review 2026-11-27 (ch2): "the matmul has no grouped ordering and no autotune". The page draws both orders,
+    counts each wave's panels with kernels.wave_working_set (w + 1 against 2 sqrt(w) at w = 64), runs
+    kernels.grouped_matmul against torch.matmul, names autotune, and states no GPU number for the grouped order."""
+    cells = _cells()
+    out = notebook_pages.outputs(cells)
+    row = re.search(r"^\s*64\s+8\s+([\d.]+) \([^)]*\)\s+([\d.]+) \(", out, re.M)
+    assert row and float(row.group(1)) == 65 and float(row.group(2)) == 16
+    assert "grouped  : panels read by each wave of 9: [6, 6, 6, 6, 6, 6, 6, 6]" in out
+    assert "grouped_matmul == torch.matmul" in out
+    glued = notebook_pages.glued(cells)
+    assert (glued["grp_rm"], glued["grp_gr"]) == ("65", "16")
+    code, prose = _code(), _prose()
+    assert "kernels.grouped_matmul(" in code and "kernels.wave_working_set(" in code
+    assert "@triton.autotune" in prose and "no measurement of it is stored yet" in prose

@@ -128,3 +128,18 @@ def test_causal_flops_say_which_count():
     assert "does not halve" not in doc and "about half" in doc and "causal=True" in doc
     prose = " ".join(_prose().split())
     assert "full $T \\times T$" in prose and "14 of 20 tiles" in prose
+
+
+def test_rmsnorm_and_swiglu_are_checked_and_counted():
+    """Review 2026-11-27 (ch5): "Lacks: RMSNorm and SwiGLU"; top 3: "RMSNorm and SwiGLU with checks". Both are
+    checked against PyTorch and their formulas on the page; SwiGLU's 2/3 width is computed (Llama's 11,008 at
+    C = 4,096) and keeps the two-matrix block's weights and FLOPs within 1 %."""
+    import notebook_pages
+
+    cells = _cells()
+    printed = notebook_pages.outputs(cells)
+    assert "RMSNorm == torch.nn.RMSNorm == the formula" in printed and "SwiGLU == W2" in printed
+    glued = notebook_pages.glued(cells)
+    assert glued["sw_hidden"] == "11,008" and glued["sw_C"] == "4,096"
+    assert abs(float(glued["sw_ratio"]) - 1) < 0.01 and glued["sw_full_ratio"] == "1.5"
+    assert "SwiGLU.matching_width(" in _code() and "## 5.8 " in _prose()
