@@ -147,3 +147,30 @@ def test_exercises_diagnose_and_predict(cells):
         assert old not in code, f"the transcription exercise {old} is back"
     solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
     assert len(solutions) == 3 and all("hide-cell" in c["metadata"]["tags"] for c in solutions)
+
+
+def test_the_step_by_part_table_comes_from_ranges_and_the_chapters_flops(cells):
+    """Issue 30 (a step's time by the model's own parts): record_function ranges around each part, the FLOP
+    shares of the table are the chapter's formula by part, and the words compare the top part only."""
+    from gpuformer_lib.model import transformer_flops
+
+    code = pages.text(cells, "code")
+    assert "with record_function(name):" in code and "bench.synchronize(device)" in code
+    for part in ("_sa_block", "_ff_block", "lm_head.forward", 'ranged("backward"', 'ranged("optimizer"'):
+        assert part in code
+    out = pages.outputs(cells)
+    rows = dict(re.findall(r"^(\w[\w -]*?)\s+[\d.]+\s+[\d.]+%\s+([\d.]+)%$", out, flags=re.M))
+    lp = ladder.PRESETS["tiny"]  # the CPU page's size
+    c, t, v, tokens = lp.config.d_model, lp.seq_len, lp.config.vocab_size, lp.batch_size * lp.seq_len
+    total = transformer_flops(lp.config, lp.batch_size, lp.seq_len)
+    assert float(rows["layer 0 attention"]) == pytest.approx(100 * (8 * c * c + 4 * t * c) * tokens / total,
+                                                             abs=0.05)
+    assert float(rows["layer 0 feed-forward"]) == pytest.approx(100 * 4 * c * lp.config.d_ff * tokens / total,
+                                                                abs=0.05)
+    assert float(rows["output layer"]) == pytest.approx(100 * 2 * c * v * tokens / total, abs=0.05)
+    assert float(rows["backward"]) == pytest.approx(200 / 3, abs=0.05)
+    g = pages.glued(cells)
+    same = g["part_top_time"] == g["part_top_flops"]
+    assert (g["part_agreement"] == "the part the FLOPs put first") == same
+    for verdict in ("faster", "slower"):
+        assert verdict not in g["part_agreement"], "one profile gives no faster/slower verdict"

@@ -152,3 +152,36 @@ def test_the_calculator_output_carries_the_current_script(cells):
     assert 'class="gpuformer-memcalc"' in html, "chapter 9 shows no calculator that computes in the page"
     assert memory_calculator_script() in html, \
         "the stored calculator carries an older gpuformer_lib/js/memory_calculator.js: re-execute chapter 9"
+
+
+def test_the_allocator_section_predicts_the_suites_steps_and_measures_nothing_on_a_cpu(cells):
+    """Issue 30 (reserved against allocated): the page's lengths are the GPU suite item's own draw, its peak at
+    the longest length is memory.predicted_peak's at the item's sizes, and while no GPU result of
+    ch09.fragmentation is committed the page says so and shows no measured reserved or allocated number."""
+    import random
+
+    import torch
+
+    from gpuformer_lib import gpu_results
+    from gpuformer_lib.memory import predicted_peak
+    from gpuformer_lib.model import DecoderLM, count_parameters, gpt2_config
+
+    gpt2 = gpt2_config()
+    rng = random.Random(0)  # the draw in gpu_suite/items_ch07_10.py's _fragmentation_child
+    lengths = [rng.randint(gpt2.max_len // 8, gpt2.max_len) for _ in range(12)]
+    with torch.device("meta"):
+        n_params = count_parameters(DecoderLM(gpt2))
+    peak = predicted_peak(n_params, batch_size=4, n_layers=gpt2.n_decoder_layers, d_model=gpt2.d_model,
+                          n_heads=gpt2.n_heads, d_ff=gpt2.d_ff, seq_len=gpt2.max_len,
+                          vocab_size=gpt2.vocab_size).peak
+    g = pages.glued(cells)
+    assert g["frag_trange"] == f"{min(lengths)} to {max(lengths)}"
+    assert g["frag_distinct"] == str(len(set(lengths))) == g["frag_steps"]
+    assert g["frag_peak_longest"] == f"{peak / 2**20:,.0f} MiB"
+    rows = re.findall(r"^\s*(\d+)\s+(\d+)\s+\d+ MiB\s+[\d,]+ MiB$", pages.outputs(cells), flags=re.M)
+    assert [int(t) for _, t in rows] == lengths, "the table shows the suite's lengths, in its order"
+    done = [r for r in (gpu_results.load_results() or {}).values() if "ch09.fragmentation" in r["items"]]
+    assert g["frag_status"].startswith("committed for" if done else "none yet")
+    code = pages.text(cells, "code")
+    assert "memory_reserved" not in code and "max_memory_reserved" not in code, \
+        "the page measures no allocator number: the suite does, on a GPU"
