@@ -7,7 +7,8 @@ checked against their known sha256, downloaded from their public source when mis
 within an overall deadline, checksum verified before anything is written, written atomically); readable
 tokenizers (English words, Chinese characters, characters); a vocabulary with
 special tokens; splits fixed by seed; encoding with a length limit; padding and collation; and
-length bucketing, which keeps sentences of similar length together so batches carry little padding.
+length bucketing, which keeps sentences of similar length together so batches carry little padding; token
+shards on disk (2-byte ids, read in random windows through ``np.memmap``).
 
 The data folder (:func:`data_dir`) is ``$GPUFORMER_DATA`` if set, else a ``shared/data`` folder beside the
 repository if there is one (``../shared/data``, as CI lays it out), else ``data/`` in the repository (git-ignored).
@@ -717,3 +718,59 @@ def shared_sources(a: Sequence[tuple[str, str]], b: Sequence[tuple[str, str]]) -
     """How many pairs of ``b`` have a source sentence that also occurs in ``a`` (0 for a leak-free split)."""
     seen = {src for src, _ in a}
     return sum(src in seen for src, _ in b)
+
+
+# --------------------------------------------------------------------------- token shards on disk
+
+
+def token_dtype(vocab_size: int):
+    """The smallest unsigned integer type every id of a ``vocab_size``-token vocabulary fits in, 2 bytes or 4:
+    ``np.uint16`` up to 65,536 tokens (GPT-2's 50,257 included), else ``np.uint32``. (A vocabulary of at
+    most 256 would fit one byte; the course keeps the common 2-byte format of nanoGPT and llm.c.)"""
+    import numpy as np
+
+    _check_positive_ints(vocab_size=vocab_size)
+    return np.dtype(np.uint16 if vocab_size <= 2 ** 16 else np.uint32)
+
+
+def write_token_shard(ids: Iterable[int] | torch.Tensor, path: Path | str, vocab_size: int) -> Path:
+    """Write token ids once, as a flat binary file of :func:`token_dtype` integers and nothing else (no
+    header: the reader must know the dtype, as nanoGPT's ``train.bin`` does), so that
+    :func:`memmap_batches` can read windows of it without loading it. Refuses ids outside
+    ``[0, vocab_size)``: a wrapped id would be read back silently as another token. Written atomically."""
+    import numpy as np
+
+    dtype = token_dtype(vocab_size)
+    array = (ids.detach().cpu().numpy() if isinstance(ids, torch.Tensor) else np.asarray(list(ids)))
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"ids must be a 1-D sequence of integer token ids, got dtype {array.dtype}, "
+                        f"shape {array.shape}")
+    if array.size and (array.min() < 0 or array.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got {array.min()}..{array.max()}")
+    path = Path(path)
+    _write_atomically(path, array.astype(dtype).tobytes())
+    return path
+
+
+def memmap_batches(path: Path | str, vocab_size: int, starts: Sequence[int] | torch.Tensor,
+                   block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Language-model batches read from a token shard (:func:`write_token_shard`) through ``np.memmap``:
+    for each start ``s``, ``x = ids[s : s + block_size]`` and ``y = ids[s + 1 : s + block_size + 1]``, as
+    int64 tensors (B, block_size). The file is mapped, not read: only the pages under the windows are
+    fetched (through the OS page cache, which every process that maps the same file shares). The map is
+    opened anew at each call, as nanoGPT's ``get_batch`` does, so no process holds a growing map."""
+    import numpy as np
+
+    _check_positive_ints(block_size=block_size)
+    tokens = np.memmap(path, dtype=token_dtype(vocab_size), mode="r")
+    starts = [int(s) for s in (starts.tolist() if isinstance(starts, torch.Tensor) else starts)]
+    if not starts:
+        raise ValueError("starts is empty: give at least one window start")
+    last = len(tokens) - block_size - 1
+    if min(starts) < 0 or max(starts) > last:
+        raise ValueError(f"window starts must lie in [0, {last}] for {len(tokens):,} tokens and block_size "
+                         f"{block_size}, got {min(starts)}..{max(starts)}")
+    windows = np.stack([tokens[s:s + block_size + 1] for s in starts]).astype(np.int64)
+    del tokens  # unmap
+    batch = torch.from_numpy(windows)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous()

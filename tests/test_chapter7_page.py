@@ -173,3 +173,14 @@ def test_kernel_count_is_the_course_count_with_views_left_out(cells):
     gpu_ms = float(glued["gpu_h100"].split()[0])
     breakeven_us = float(glued["breakeven_h100"].split()[0])
     assert breakeven_us == pytest.approx(1e3 * gpu_ms / kernels, rel=0.01)
+
+
+def test_token_shard_is_two_bytes_a_token_and_memmap_batches_equal_the_in_memory_ones(cells):
+    code, out, glued = pages.text(cells, "code"), pages.outputs(cells), pages.glued(cells)
+    assert "data.write_token_shard(" in code and "data.memmap_batches(" in code
+    assert "assert all(same) and not os.path.exists(shard)" in code
+    assert "20 batches read through np.memmap equal lm_batch's: True" in out
+    m = re.search(r"^([\d,]+) training tokens: ([\d.]+) MiB as int64 in memory \(8 bytes a token\), ([\d.]+) MiB "
+                  r"on disk as uint16$", out, re.M)
+    assert m and abs(float(m.group(2)) - 4 * float(m.group(3))) < 0.15  # a quarter of int64's bytes
+    assert int(glued["shard_pages"]) <= 2 * int(glued["shard_batch"])

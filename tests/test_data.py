@@ -307,3 +307,25 @@ def test_data_functions_accept_tensors_where_they_are_unambiguous(tmp_path):
     assert sum(map(len, data.split(torch.arange(20)))) == 20  # a tensor of items
     assert data.Vocab(["a"]).decode(torch.tensor([4, 99], dtype=torch.int32)) == ["a", "<unk>"]  # past the vocab
     assert data.load_translation_pairs(_tiny_pairs_file(tmp_path), max_pairs=1) == [("Hi.", "嗨。")]
+
+
+def test_token_shards_hold_two_bytes_a_token_and_give_the_in_memory_batches(tmp_path):
+    import numpy as np
+
+    assert data.token_dtype(69) == data.token_dtype(50_257) == data.token_dtype(2 ** 16) == np.uint16
+    assert data.token_dtype(2 ** 16 + 1) == np.uint32
+    ids = torch.randint(0, 50_257, (5_000,), generator=torch.Generator().manual_seed(0))
+    path = data.write_token_shard(ids, tmp_path / "train.bin", 50_257)
+    assert path.stat().st_size == 2 * len(ids)  # 2 bytes a token, no header
+    starts = torch.tensor([0, 17, 4_000, len(ids) - 9])
+    x, y = data.memmap_batches(path, 50_257, starts, 8)
+    assert x.dtype == y.dtype == torch.int64 and x.shape == y.shape == (4, 8)
+    assert torch.equal(x, torch.stack([ids[s:s + 8] for s in starts]))
+    assert torch.equal(y, torch.stack([ids[s + 1:s + 9] for s in starts]))
+    with pytest.raises(ValueError, match=r"starts must lie in \[0, 4991\]"):
+        data.memmap_batches(path, 50_257, [len(ids) - 8], 8)  # its target would run past the end
+    with pytest.raises(ValueError, match=r"in \[0, 69\)"):
+        data.write_token_shard([3, 69], tmp_path / "bad.bin", 69)  # 69 would be read back as another token
+    with pytest.raises(TypeError, match="integer token ids"):
+        data.write_token_shard(torch.tensor([1.0, 2.0]), tmp_path / "bad.bin", 69)
+    assert not (tmp_path / "bad.bin").exists()

@@ -268,12 +268,35 @@ def overflow_chain(seed: int):
     return model, x, _OVERFLOW_NAMES[culprit]
 
 
-def _flagged(model, x, test: Callable[[torch.Tensor], bool]) -> list[str]:
-    """The names of ``model``'s children whose output passes ``test``, in the order the forward pass runs them."""
+def overflow_transformer():
+    """A real Transformer with a planted fp16 overflow: ``(model, ids)``, a small float32 ``DecoderLM`` (2
+    layers, width 64, GELU feed-forwards, no dropout, in eval mode) and a (2, 16) batch of token ids, built
+    the same every call without touching the global random state. One weight matrix is scaled by 1e5:
+    in float32 and bfloat16 the loss is finite; in float16 a product passes 65,504, turns into inf, and
+    the GELU after it turns -inf into NaN, so the loss is NaN. Where it starts is exercise 8.4's
+    question (``mixed_precision.first_nonfinite`` answers it)."""
+    from gpuformer_lib.model import DecoderLM, TransformerConfig
+
+    config = TransformerConfig(d_model=64, n_heads=4, n_decoder_layers=2, d_ff=256, vocab_size=50, max_len=32,
+                               dropout=0.0, activation="gelu")  # ReLU would zero a -inf; GELU makes it NaN
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = DecoderLM(config).eval()
+    with torch.no_grad():
+        model.blocks.layers[1].linear1.weight.mul_(1e5)
+    return model, torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
+
+
+def _flagged(model, x, test: Callable[[torch.Tensor], bool], *, leaves: bool = False) -> list[str]:
+    """The names of ``model``'s children (or, with ``leaves``, of its modules without children) whose output
+    passes ``test``, in the order the forward pass runs them."""
     flagged: list[str] = []
+    modules = ([(name, m) for name, m in model.named_modules() if name and not any(True for _ in m.children())]
+               if leaves else list(model.named_children()))
     handles = [module.register_forward_hook(
-        lambda module, inputs, output, name=name: flagged.append(name) if test(output) else None)
-        for name, module in model.named_children()]
+        lambda module, inputs, output, name=name: flagged.append(name)
+        if isinstance(output, torch.Tensor) and test(output) else None)
+        for name, module in modules]
     try:
         with torch.no_grad():
             model(x)
@@ -283,23 +306,42 @@ def _flagged(model, x, test: Callable[[torch.Tensor], bool]) -> list[str]:
     return flagged
 
 
+def _overflow_cases():
+    """The planted models :func:`check_overflow_diagnosis` grades on: ``(label, model, x, want)``, four toy
+    chains, then the float16 Transformer of :func:`overflow_transformer` with the module
+    ``mixed_precision.first_nonfinite`` names."""
+    from gpuformer_lib.mixed_precision import first_nonfinite
+
+    for seed in (0, 1, 2, 3):
+        yield (f"Planted model {seed}", *overflow_chain(seed))
+    model, ids = overflow_transformer()
+    model = model.half()
+    with torch.no_grad():
+        found = first_nonfinite(model, lambda: model(ids))
+    if found is None:  # the plant did not take: a bug here, not the learner's
+        raise RuntimeError("overflow_transformer(): its float16 forward stayed finite")
+    yield "The planted Transformer (a DecoderLM in float16)", model, ids, found.module
+
+
 @_safe_check
 def check_overflow_diagnosis(fn: Callable) -> CheckResult:
     """``fn(model, x)``: the name (as ``model.named_modules()`` gives it) of the first module, in the order
     the forward pass runs them, whose float16 output holds an inf or NaN. Checked on planted models
     (:func:`overflow_chain`), some of which overflow through activations that grow over two layers, so the
-    layer with the largest weights is not always the answer."""
-    for seed in (0, 1, 2, 3):
-        model, x, want = overflow_chain(seed)
+    layer with the largest weights is not always the answer, and last on a real Transformer
+    (:func:`overflow_transformer`, in float16), where the answer is a dotted name inside containers and is
+    the module ``mixed_precision.first_nonfinite`` names."""
+    hooks = (" Register a forward hook on every leaf module (register_forward_hook) that records its name when "
+             "not torch.isfinite(output).all(), run the model once, and return the first name recorded; "
+             "remove the hooks afterwards.")
+    for label, model, x, want in _overflow_cases():
+        real = label.startswith("The planted Transformer")
         got, err = _try(fn, model, x, none_ok=True)
         if err:
-            return _report(False, err)
-        hooks = (" Register a forward hook on every leaf module (register_forward_hook) that records its name when "
-                 "not torch.isfinite(output).all(), run the model once, and return the first name recorded; "
-                 "remove the hooks afterwards.")
+            return _report(False, f"{label}: {err}" if real else err)
         if got is None or got == "":
             what = "returned None" if got is None else "returned the empty string"
-            return _report(False, f"Planted model {seed}: your function {what}, as if no module overflowed. An "
+            return _report(False, f"{label}: your function {what}, as if no module overflowed. An "
                                   "overflow gives inf, which torch.isnan misses: test not "
                                   f"torch.isfinite(output).all().{hooks}")
         if isinstance(got, torch.nn.Module):
@@ -309,27 +351,39 @@ def check_overflow_diagnosis(fn: Callable) -> CheckResult:
             return _report(False, f"Return the module's name as a string (e.g. 'proj_in'), got {got!r}.")
         if got == want:
             continue
-        order = [n for n, _ in model.named_modules() if n]
+        names = [n for n, _ in model.named_modules() if n]
+        # the order the forward pass runs them (the order they were registered in, for a Transformer, is not)
+        order = _flagged(model, x, lambda output: True, leaves=True)
         weights = {n: float(m.weight.detach().float().abs().max()) for n, m in model.named_modules()
                    if isinstance(m, torch.nn.Linear)}
-        if got not in order:
-            return _report(False, f"Planted model {seed}: the model has no module named {got!r}; its modules are "
-                                  f"{order}. Return a name as model.named_modules() gives it.{hooks}")
-        nans = _flagged(model, x, lambda output: bool(torch.isnan(output).any()))
-        if nans and got == nans[0]:
+        if got not in names:
+            if real and any(n.endswith("." + got) for n in names):
+                return _report(False, f"{label}: the model has no module named {got!r}: give the whole dotted "
+                                      "name, as model.named_modules() gives it, with the containers above the "
+                                      "module (like 'blocks.layers.0.norm1').")
+            listed = names if len(names) <= 16 else names[:8] + ["..."]
+            return _report(False, f"{label}: the model has no module named {got!r}; its modules are "
+                                  f"{listed}. Return a name as model.named_modules() gives it.{hooks}")
+        nans = _flagged(model, x, lambda output: bool(torch.isnan(output).any()), leaves=True)
+        if want.startswith(got + "."):
+            hint = ("that is a container: its output is non-finite because the overflow began inside it, in one "
+                    "of its own modules. Stepping through model.named_children(), or hooking only them, stops "
+                    "at the container; hook every module without children (the leaves), in the order the "
+                    "forward pass runs them")
+        elif nans and got == nans[0]:
             hint = ("that module's output is the first to hold a NaN; the overflow came earlier, as an inf, which "
                     "torch.isnan misses: test not torch.isfinite(output).all()")
-        elif order.index(got) == order.index(want) + 1:
+        elif got in order and order.index(got) == order.index(want) + 1:
             hint = ("that module runs right after the overflow: its input already held inf. Test each module's "
                     "output, not its input (a forward hook, not a pre-hook)")
-        elif order.index(got) > order.index(want):
+        elif got in order and order.index(got) > order.index(want):
             hint = "that module runs after the overflow: its inf came from an earlier one"
         elif got == max(weights, key=weights.get):
             hint = ("its output is still finite in float16, although it has the largest weights: an overflow is in "
                     "the values a module produces, which depend on its input too. Look at outputs, not weights")
         else:
             hint = "that module's output is still finite in float16"
-        return _report(False, f"Planted model {seed}: you named {got!r}, but {hint}.{hooks}")
-    return _report(True, "Forward hooks find the first module whose fp16 output overflows: the place to compute "
-                         "in float32 (autocast's float32 list), rescale, or normalise, instead of lowering the "
-                         "learning rate blindly.")
+        return _report(False, f"{label}: you named {got!r}, but {hint}.{hooks}")
+    return _report(True, "Forward hooks find the first module whose fp16 output overflows, in a real Transformer "
+                         "too: the place to compute in float32 (autocast's float32 list), rescale, or normalise, "
+                         "instead of lowering the learning rate blindly.")

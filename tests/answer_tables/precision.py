@@ -7,6 +7,7 @@ import torch
 
 from answer_tables import Table, Wrong
 from gpuformer_lib.exercises import precision
+from gpuformer_lib.mixed_precision import first_nonfinite
 
 # ---- 8.1 does the update survive?
 
@@ -213,16 +214,70 @@ def _largest_weights(model, x):
     return max(linears, key=lambda item: item[1].weight.detach().abs().max().item())[0]
 
 
+def _hooks_on_every_module(model, x):
+    """Hooks on the containers too: a leaf finishes before its container, so the first name is still right."""
+    found = []
+    handles = [m.register_forward_hook(lambda m, i, out, name=name: found.append(name)
+                                       if isinstance(out, torch.Tensor) and not torch.isfinite(out).all() else None)
+               for name, m in model.named_modules() if name]
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else ""
+
+
+def _by_first_nonfinite(model, x):
+    found = first_nonfinite(model, lambda: model(x))
+    return found.module if found else ""
+
+
+def _hooks_on_children(model, x):
+    """Right on a flat chain; on a Transformer it stops at the container the overflow is in."""
+    found = []
+    handles = [m.register_forward_hook(lambda m, i, out, name=name: found.append(name)
+                                       if not torch.isfinite(out).all() else None)
+               for name, m in model.named_children()]
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else ""
+
+
 CHECK_OVERFLOW_DIAGNOSIS = Table(
     "check_overflow_diagnosis", precision.check_overflow_diagnosis,
-    right=(_first_overflow, _stepping_through),
+    right=(_first_overflow, _hooks_on_every_module, _by_first_nonfinite),
     wrong=(Wrong("the last module that overflows", lambda m, x: _overflow_hooks(m, x)[-1], ("after the overflow",)),
            Wrong("the first module whose input overflows", lambda m, x: _overflow_hooks(m, x, pre=True)[0],
                  ("input already held inf",)),
            Wrong("the layer with the largest weights", _largest_weights, ("largest weights", "outputs, not weights")),
            Wrong("NaN only", _first_nan, ("isnan misses",)),
            Wrong("the module itself", lambda m, x: dict(m.named_modules())[_first_overflow(m, x)],
-                 ("not the module itself",))),
+                 ("not the module itself",)),
+           Wrong("stepping through the children (right on the chains only)", _stepping_through,
+                 ("Transformer", "container", "leaves")),
+           Wrong("hooks on the children only", _hooks_on_children, ("Transformer", "container", "leaves")),
+           Wrong("the last part of the dotted name", lambda m, x: _first_overflow(m, x).split(".")[-1],
+                 ("Transformer", "whole dotted name")),
+           Wrong("the first NaN, with hooks on the leaves",
+                 lambda m, x: next((n for n in _overflow_hooks(m, x) if torch.isnan(_output_of(m, x, n)).any()),
+                                   None),
+                 ("isnan misses",))),
 )
+
+
+def _output_of(model, x, name):
+    """The output of the module ``name`` in one forward pass."""
+    out = []
+    handle = dict(model.named_modules())[name].register_forward_hook(lambda m, i, o: out.append(o))
+    try:
+        model(x)
+    finally:
+        handle.remove()
+    return out[0]
+
 
 TABLES = [CHECK_UPDATE_SURVIVES, CHECK_LOSS_SCALE, CHECK_HALF_LOSS_LR_PREDICTION, CHECK_OVERFLOW_DIAGNOSIS]
