@@ -86,16 +86,18 @@ def sync_cost_words(cost: SyncCost, device_type: str) -> str:
     c = cost.comparison
     low, high = c.ratio_range
     rounds = f"the middle half of the {len(c.ratios)} rounds {1 / high:.2f}-{1 / low:.2f}x"
+    on_cpu = device_type == "cpu"
     if c.verdict == "slower":
-        words = f"beyond the spread of the interleaved rounds ({rounds}): the wait costs time"
+        cause = ("the .item() call itself costs that time: on a CPU every operation has finished when it returns, so "
+                 "a read waits for nothing" if on_cpu else "the wait costs time")
+        words = f"beyond the spread of the interleaved rounds ({rounds}): {cause}"
     elif c.verdict == "faster":
         words = (f"no cost we can see: the reading arm ran faster, beyond the spread ({rounds}), which a read "
                  "cannot cause: the machine's load changed between the arms")
     else:
         words = f"no cost we can see, within the spread of the interleaved rounds ({rounds})"
-    if device_type == "cpu":
-        words += (" (on a CPU every operation has finished when it returns, so a read waits for nothing: there is "
-                  "no queue to drain, and the lesson needs a GPU)")
+    if on_cpu:
+        words += " (a CPU has no queue to drain, so the lesson of a read's wait needs a GPU)"
     return words
 
 

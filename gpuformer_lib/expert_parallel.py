@@ -13,11 +13,11 @@ holding its expert (each rank first tells every other how many tokens it will se
 counts), the rank runs its experts on what it received, and a second all-to-all returns the outputs to the
 tokens' ranks. Per layer and direction each rank sends about (P - 1)/P of its k·T·C token values.
 
-Contents: :class:`MoE` (one process: every expert here), :class:`ExpertParallelMoE` (this rank's experts, the
-rest reached through :func:`all_to_all`, ``dist.all_to_all_single`` with a backward), :func:`load_balancing_loss` (Switch
-Transformer's auxiliary loss, E · Σ_e f_e · p_e, 1.0 when the load is even), :func:`alltoall_bytes` (what the
-two all-to-alls move), checked against one process in ``workers.model_parallel experts`` and
-``tests/test_expert_parallel.py``.
+Contents: :class:`MoE` (one process: every expert here), :class:`ExpertParallelMoE` (this rank's experts,
+the rest reached through :func:`all_to_all`, ``dist.all_to_all_single`` with a backward),
+:func:`load_balancing_loss` (Switch Transformer's auxiliary loss, E · Σ_e f_e · p_e, 1.0 when the load is
+even, at most E/k), :func:`alltoall_bytes` (what the two all-to-alls move), checked against one process in
+``workers.model_parallel experts`` and ``tests/test_expert_parallel.py``.
 
 Leaves out: capacity limits and dropped tokens (every token reaches its experts here), shared experts,
 expert-choice routing, and grouped GEMMs (each expert runs as its own matrix products).
@@ -57,8 +57,9 @@ def route(router_logits: Tensor, top_k: int) -> tuple[Tensor, Tensor]:
 
 def load_balancing_loss(router_logits: Tensor, experts: Tensor, n_experts: int) -> Tensor:
     """Switch Transformer's auxiliary loss, E · Σ_e f_e · p_e: f_e the share of routing choices that went to
-    expert e (no gradient), p_e the mean router probability of e (with gradient). 1.0 for an even load; up to E
-    when every token picks one expert with certainty."""
+    expert e (no gradient), p_e the mean router probability of e (with gradient). 1.0 for an even load; at
+    most E/k with top-k routing (no expert takes more than 1/k of the choices), E for top-1, when every token
+    picks the same experts with certainty."""
     probs = router_logits.float().softmax(dim=-1).mean(dim=0)  # (E,)
     share = torch.bincount(experts.flatten(), minlength=n_experts).float() / experts.numel()
     return n_experts * (share * probs).sum()

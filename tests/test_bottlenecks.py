@@ -79,6 +79,9 @@ def test_sync_cost_words_follow_the_verdict_not_a_threshold():
     # every round 1.5x slower: a cost beyond the spread, whatever a fixed band would say
     costly = _cost([0.1] * 5, [0.15] * 5)
     assert "the wait costs time" in bottlenecks.sync_cost_words(costly, "cuda")
+    # on a CPU a read waits for nothing: the time a slower reading arm costs is the call's own
+    on_cpu = bottlenecks.sync_cost_words(costly, "cpu")
+    assert ".item() call itself" in on_cpu and "the wait costs time" not in on_cpu
     # a 2x median with rounds on both sides of 1: within the spread, no verdict of a cost
     noisy = _cost([0.1, 0.1, 0.1, 0.1, 0.1], [0.05, 0.2, 0.2, 0.05, 0.2])
     assert noisy.ratio == pytest.approx(2.0) and noisy.comparison.verdict == "no difference we can see"

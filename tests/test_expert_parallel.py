@@ -49,12 +49,15 @@ def test_gates_sum_to_one_and_pick_the_highest_logits():
     assert gates[0, 0].item() == pytest.approx(torch.tensor([3.0, 2.0]).softmax(0)[0].item())
 
 
-def test_the_load_balancing_loss_is_one_when_even_and_e_when_collapsed():
+def test_the_load_balancing_loss_is_one_when_even_and_e_over_k_when_collapsed():
     even = torch.zeros(8, 4)  # uniform router probabilities
     experts = torch.arange(8).remainder(4)[:, None]  # each expert chosen twice
     assert load_balancing_loss(even, experts, 4).item() == pytest.approx(1.0)
     collapsed = torch.tensor([[50.0, 0, 0, 0]]).repeat(8, 1)
     assert load_balancing_loss(collapsed, torch.zeros(8, 1, dtype=torch.long), 4).item() == pytest.approx(4.0)
+    # top-2: every token's two choices go to experts 0 and 1, but no expert takes more than half: E / k
+    pair = torch.tensor([[0, 1]]).repeat(8, 1)
+    assert load_balancing_loss(collapsed, pair, 4).item() == pytest.approx(4.0 / 2)
 
 
 def test_alltoall_bytes():
