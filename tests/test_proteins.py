@@ -283,6 +283,15 @@ def test_exercise_checks():
 
     assert ex.check_packing_prediction(1 / (1 - 0.3), 1.35, padding_share=0.3)
     assert not ex.check_packing_prediction(3.0, 1.35, padding_share=0.3)
+    # graded by the model: a timing far from it neither fails the right answer nor passes itself
+    calls = []
+    slow = ex.check_packing_prediction(1 / 0.7, lambda: calls.append(1) or 0.9, padding_share=0.3)
+    assert slow and len(calls) == 1 and "not graded" in slow.message
+    assert not ex.check_packing_prediction(0.9, 0.9, padding_share=0.3)
+    for wrong, words in ((1.3, "one plus the padding share"), (0.7, "real slots before packing"),
+                         (1 / 0.3, "counts the padded slots")):
+        result = ex.check_packing_prediction(wrong, None, padding_share=0.3)
+        assert not result and words in result.message, result.message
     assert ex.check_padding_prediction(0.75, 0.72, crop=2048)
     assert not ex.check_padding_prediction(0.2, 0.72, crop=2048)
     good = lambda tp, tn, fp, fn: P.mcc([1] * tp + [0] * tn + [0] * fp + [1] * fn,  # noqa: E731
