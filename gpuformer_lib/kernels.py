@@ -283,6 +283,21 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _check_matmul(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int,
+                  num_warps: int) -> None:
+    """The checks :func:`matmul` and :func:`grouped_matmul` share: two float matrices that multiply, tiles that
+    ``tl.dot`` takes (powers of two, at least 16), a power-of-two warp count."""
+    _check_tensors(a, b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"need (M, K) and (K, N) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"a and b need one dtype, got {a.dtype} and {b.dtype}")
+    _check_float("a", a)
+    for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+        _check_power_of_two(name, size, least=16)
+    _check_power_of_two("num_warps", num_warps)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 64, block_k: int = 32,
            num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
     """(M, K) @ (K, N) with a tiled kernel; accumulates in float32, returns a's dtype.
@@ -293,15 +308,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n: int = 6
     ``torch.set_float32_matmul_precision("high")``; below sm_80 (a T4), Triton >= 3.2 runs ``tl.dot`` on
     the FMA units (:func:`triton_dot_uses_tensor_cores`).
     """
-    _check_tensors(a, b)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"need (M, K) and (K, N) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype != b.dtype:
-        raise ValueError(f"a and b need one dtype, got {a.dtype} and {b.dtype}")
-    _check_float("a", a)
-    for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
-        _check_power_of_two(name, size, least=16)
-    _check_power_of_two("num_warps", num_warps)
+    _check_matmul(a, b, block_m, block_n, block_k, num_warps)
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
         raise ValueError(f"num_stages must be an int >= 1, got {num_stages!r}")
     M, K = a.shape
@@ -347,15 +354,7 @@ def grouped_matmul(a: torch.Tensor, b: torch.Tensor, block_m: int = 64, block_n:
                    group_m: int = 8, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
     """:func:`matmul` with the tiles of C launched in grouped order (:func:`grouped_tile_order`), as Triton's
     matmul tutorial does: the same result, different cache behaviour on a GPU (the GPU suite times both)."""
-    _check_tensors(a, b)
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"need (M, K) and (K, N) matrices, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype != b.dtype:
-        raise ValueError(f"a and b need one dtype, got {a.dtype} and {b.dtype}")
-    _check_float("a", a)
-    for name, size in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
-        _check_power_of_two(name, size, least=16)
-    _check_power_of_two("num_warps", num_warps)
+    _check_matmul(a, b, block_m, block_n, block_k, num_warps)
     if isinstance(group_m, bool) or not isinstance(group_m, int) or group_m < 1:
         raise ValueError(f"group_m must be an int >= 1, got {group_m!r}")
     M, K = a.shape

@@ -29,7 +29,7 @@ def check_token_budget_prediction(predicted, measured: float | None, *, padding_
     rounding (:data:`TOKEN_BUDGET_REL`), each plausible mistake named; the interleaved timing (``measured``,
     optional) is shown beside it, not graded: a timing on a busy machine varies by more than separates the
     right model from the wrong ones."""
-    from gpuformer_lib.exercises.predictions import grade_model
+    from gpuformer_lib.exercises.predictions import distinct_mistakes, grade_model
 
     for name, value in (("padding_random", padding_random), ("padding_budget", padding_budget)):
         if not 0 <= value < 1:
@@ -49,11 +49,7 @@ def check_token_budget_prediction(predicted, measured: float | None, *, padding_
          "You divided by the real share after only; the random batches' real share, 1 - padding_random, is the "
          "denominator's other half: (1 - padding_budget) / (1 - padding_random)."),
     ]
-    wrong: dict[str, tuple[float, str]] = {}
-    for name, value, hint in candidates:  # a mistake that gives the right number here, or another's, is left out
-        if value > 0 and abs(value / right - 1) > 2 * TOKEN_BUDGET_REL and all(
-                abs(value / other - 1) > 2 * TOKEN_BUDGET_REL for other, _ in wrong.values()):
-            wrong[name] = (value, hint)
+    wrong = distinct_mistakes(right, candidates, TOKEN_BUDGET_REL)
     return grade_model(
         predicted, right, quantity="speedup of token-budget batches (real tokens per second)", unit="x",
         wrong=wrong, rel=TOKEN_BUDGET_REL, measured=measured, measured_by="the interleaved timing measured",

@@ -109,6 +109,19 @@ def grade_model(predicted, right: float, *, quantity: str, unit: str, wrong: dic
                         why_close)
 
 
+def distinct_mistakes(right: float, candidates, rel: float) -> dict[str, tuple[float, str]]:
+    """The plausible mistakes ``candidates`` ((name, value, hint), in order of preference) as :func:`grade_model`
+    takes them, keeping only those it can tell apart here: a positive value more than ``2 * rel`` from the right
+    one and from every mistake kept before it (with some inputs a mistake gives the right number, or another
+    mistake's, and then names nothing)."""
+    kept: dict[str, tuple[float, str]] = {}
+    for name, value, hint in candidates:
+        if value > 0 and abs(value / right - 1) > 2 * rel and all(
+                abs(value / other - 1) > 2 * rel for other, _ in kept.values()):
+            kept[name] = (value, hint)
+    return kept
+
+
 @_safe_check
 def _grade_model(predicted, right: float, quantity: str, unit: str, wrong: dict[str, tuple[float, str]],
                  rel: float, too_high: str, too_low: str, measured: float | None, measured_by: str,

@@ -31,7 +31,7 @@ def check_packing_prediction(predicted, measured=None, *, padding_share: float) 
     number, or a function that measures it once) is shown beside the model, never graded: a timing on a busy
     machine varies by more than separates the right model from the wrong ones (a x1.3 band around it passed
     wrong answers and, graded against one timing, failed right ones)."""
-    from gpuformer_lib.exercises.predictions import grade_model
+    from gpuformer_lib.exercises.predictions import distinct_mistakes, grade_model
 
     if not 0 <= padding_share < 1:
         raise ValueError(f"padding_share is a share of padded slots, 0 <= share < 1; got {padding_share!r}")
@@ -47,11 +47,7 @@ def check_packing_prediction(predicted, measured=None, *, padding_share: float) 
         ("one over the padding share", 1 / padding_share if padding_share > 0 else 0.0,
          "One over the padding share counts the padded slots, not the real ones: 1 / (1 - padding share)."),
     ]
-    wrong: dict[str, tuple[float, str]] = {}
-    for name, value, hint in candidates:  # a mistake that gives the right number here, or another's, is left out
-        if value > 0 and abs(value / right - 1) > 2 * PACKING_REL and all(
-                abs(value / other - 1) > 2 * PACKING_REL for other, _ in wrong.values()):
-            wrong[name] = (value, hint)
+    wrong = distinct_mistakes(right, candidates, PACKING_REL)
     shown = measured() if callable(measured) else measured
     return grade_model(
         predicted, right, quantity="speedup of packed rows (real residues per second)", unit="x", wrong=wrong,
