@@ -76,13 +76,12 @@ table.gv-appendix{font-size:.85em;border-collapse:collapse;width:100%}
 table.gv-appendix th,table.gv-appendix td{padding:3px 8px;vertical-align:top;text-align:left;border-bottom:1px solid rgba(128,128,128,.35)}
 .gv-chart{margin:.6em 0;font-size:.85em}
 .gv-chart-line{margin:.3em 0 .6em}
-.gv-strip{position:relative;height:3.6em;margin:0 .5em;background:linear-gradient(rgba(128,128,128,.6),rgba(128,128,128,.6)) 0 .75em/100% 1px no-repeat}
+.gv-strip{position:relative;height:2.5em;margin:0 .5em;background:linear-gradient(rgba(128,128,128,.6),rgba(128,128,128,.6)) 0 .75em/100% 1px no-repeat}
 .gv-mark{position:absolute;top:.35em;width:.8em;height:.8em;margin-left:-.4em;border-radius:50%;box-sizing:border-box}
 .gv-mark.gv-measured{background:#1b7837}
 .gv-mark.gv-predicted{border:2px solid #2166ac;background:transparent}
 .gv-mark.gv-published{background:#762a83;border-radius:0;transform:rotate(45deg)}
-.gv-mark-label{position:absolute;top:1.3em;transform:translateX(-50%);white-space:nowrap;font-size:.85em}
-.gv-mark-label.gv-row1{top:2.4em}
+.gv-mark-label{position:absolute;top:1.3em;transform:translateX(-50%);white-space:nowrap;font-size:.85em;line-height:1.2}
 .gv-mark-label.gv-left{transform:none}
 .gv-mark-label.gv-right{transform:translateX(-100%)}
 html[data-theme=dark] .gpuview-block .gv-kind,html[data-theme=dark] .gpuview-block .gv-legend b,html[data-theme=dark] .gv-mark{filter:brightness(1.9)}
@@ -470,25 +469,54 @@ def _chart(quantities: Sequence[str], entries: Sequence[dict], taken: set[str]) 
         lo_axis = centre - 0.58 * span
         width = span * 1.16
         lo, hi = 10 ** lo_axis, 10 ** (lo_axis + width)
-        marks = []
-        for i, e in enumerate(sorted(same, key=lambda e: e["value"])):
+        marks, labels = [], []
+        for e in sorted(same, key=lambda e: e["value"]):
             x = 100 * (math.log10(e["value"]) - lo_axis) / width
             col = _column_of(e, taken)
             who = "this page" if col == "here" else (family(e["device"]) or e["device"])
             who += {"measured": "", "predicted": " pred.", "published": " pub."}[e["kind"]] if col != "here" else ""
             marks.append(f'<span class="gv-mark gv-{e["kind"]}" style="left:{x:.1f}%" '
                          f'title="{html.escape(e["kind"])}, {html.escape(e["device"])}: '
-                         f'{html.escape(shown(e["value"], e["unit"]))} {html.escape(e["unit"])}"></span>'
-                         f'<span class="gv-mark-label gv-row{i % 2}{_edge(x)}" style="left:{x:.1f}%">'
+                         f'{html.escape(shown(e["value"], e["unit"]))} {html.escape(e["unit"])}"></span>')
+            labels.append((x, who))
+        rows = label_rows(labels)
+        for (x, who), r in zip(labels, rows):
+            marks.append(f'<span class="gv-mark-label{_edge(x)}" style="left:{x:.1f}%;top:{1.3 + 1.3 * r:.1f}em">'
                          f'{html.escape(who)}</span>')
         lines.append(f'<div class="gv-chart-line"><div class="gv-chart-title">{html.escape(q)} '
                      f'({html.escape(gpu[0]["unit"])}, log scale from {html.escape(shown(lo, gpu[0]["unit"]))} '
-                     f'to {html.escape(shown(hi, gpu[0]["unit"]))})</div><div class="gv-strip">{"".join(marks)}'
-                     "</div></div>")
+                     f'to {html.escape(shown(hi, gpu[0]["unit"]))})</div><div class="gv-strip" '
+                     f'style="height:{2.6 + 1.3 * max(rows):.1f}em">{"".join(marks)}</div></div>')
     if not lines:
         return ""
     return ('<div class="gv-chart"><div class="gv-chart-legend">&#9679; measured &#9675; predicted &#9670; '
             "published</div>" + "".join(lines) + "</div>")
+
+
+LABEL_CHAR_PERCENT = 100 * 7.0 / 340
+"""A chart label's width per character, in percent of the strip: about 7 CSS px a character (the labels' 0.72 of
+the body font, with room to spare) over the narrowest strip the book draws (about 340 px in a phone's 358 px
+column). Wider screens only make the labels narrower in percent, so labels laid out for the phone never touch."""
+
+
+def label_rows(labels: Sequence[tuple[float, str]], gap: float = 2.0) -> list[int]:
+    """The line under the strip each chart label goes on (0 the first), given each label's mark position ``x``
+    (percent of the strip, in increasing order) and text: a label takes the first line on which it keeps ``gap``
+    percent clear of the last label placed there, where it starts, ends or is centred as :func:`_edge` aligns
+    it."""
+    ends: list[float] = []
+    rows = []
+    for x, text in labels:
+        w = LABEL_CHAR_PERCENT * len(text)
+        edge = _edge(x)
+        start = x if edge == " gv-left" else (x - w if edge == " gv-right" else x - w / 2)
+        row = next((i for i, end in enumerate(ends) if start >= end + gap), len(ends))
+        if row == len(ends):
+            ends.append(start + w)
+        else:
+            ends[row] = start + w
+        rows.append(row)
+    return rows
 
 
 def _edge(x: float) -> str:

@@ -314,11 +314,27 @@ folded notes opened first. A break after a hyphen or an identifier's underscore,
 is where a line may end."""
 
 
+CROSSED_LABELS = """(block) => {
+  const crossed = [];
+  for (const strip of block.querySelectorAll('.gv-strip')) {
+    const box = strip.getBoundingClientRect();
+    const labels = [...strip.querySelectorAll('.gv-mark-label')].map(l => [l.textContent, l.getBoundingClientRect()]);
+    labels.forEach(([t, r], i) => {
+      if (r.bottom > box.bottom + 1 || r.left < box.left - 1 || r.right > box.right + 1) crossed.push(t + ' (outside its chart)');
+      for (const [u, s] of labels.slice(i + 1))
+        if (r.left < s.right && s.left < r.right && r.top < s.bottom && s.top < r.bottom) crossed.push(t + ' / ' + u);
+    });
+  }
+  return crossed;
+}"""
+"""The labels of a view's dot charts that overlap another label or leave their chart's strip."""
+
+
 @pytest.mark.parametrize("width", [390, 1280])
 def test_gpu_views_break_no_word_and_fit_their_column(site, browser, width):
     """Every GPU view, and the appendix of GPU measurements, at a phone's and a desktop's width: no word broken
-    inside, nothing wider than the text column (on a phone each quantity becomes a card), and the GPUs whose
-    results are committed shown on the pages."""
+    inside, no chart label on another, nothing wider than the text column (on a phone each quantity becomes a
+    card), and the GPUs whose results are committed shown on the pages."""
     from gpuformer_lib import gpu_results
 
     _, base = site
@@ -345,6 +361,9 @@ def test_gpu_views_break_no_word_and_fit_their_column(site, browser, width):
                                         ".length")
                 if narrow:
                     problems.append(f"{path} view {i}: its caption is squeezed into a narrow column at {width} px")
+                crossed = block.evaluate(CROSSED_LABELS)
+                if crossed:
+                    problems.append(f"{path} view {i}: chart labels on top of each other at {width} px: {crossed[:3]}")
                 wide = block.evaluate("(b) => [...b.querySelectorAll('.gpuview-scroll')].filter(s => "
                                       "s.scrollWidth > s.clientWidth + 1).length")
                 if wide:

@@ -249,3 +249,28 @@ def test_the_appendix_uses_si_prefixes_and_names_skipped_items(two_devices):
     assert "skipped: <code>ch11.allreduce_busbw</code> (needs 2 GPUs)" in page
     assert "29.6\xa0ms" in page and "commit c7117571" not in page and "commit c711757" in page
     assert gpu_results.si(2.93e12, "B/s") == "2.93\xa0TB/s" and gpu_results.si(6.49e-6, "s") == "6.49\xa0µs"
+
+
+def _extent(x: float, text: str) -> tuple[float, float]:
+    w = gpu_results.LABEL_CHAR_PERCENT * len(text)
+    edge = gpu_results._edge(x)
+    start = x if edge == " gv-left" else (x - w if edge == " gv-right" else x - w / 2)
+    return start, start + w
+
+
+def test_chart_labels_of_close_marks_go_on_different_lines():
+    # chapter 5's step: the H100's and H200's measurements and the H100's prediction within a few percent
+    labels = [(6.9, "H200 pred."), (36.4, "H100 pred."), (36.9, "H100"), (38.0, "H200"), (93.0, "T4 pred.")]
+    rows = gpu_results.label_rows(labels)
+    assert len(set(rows[1:4])) == 3, rows  # the three close ones each on their own line
+    assert rows[0] == 0 and rows[4] == 0  # far apart: the first line is enough
+    for i, (a, ra) in enumerate(zip(labels, rows)):
+        for b, rb in zip(labels[i + 1:], rows[i + 1:]):
+            if ra == rb:
+                (s1, e1), (s2, e2) = _extent(*a), _extent(*b)
+                assert e1 <= s2 or e2 <= s1, (a, b)
+
+
+def test_labels_far_apart_share_the_first_line():
+    assert gpu_results.label_rows([(10.0, "this page"), (50.0, "H100"), (90.0, "T4 pred.")]) == [0, 0, 0]
+    assert gpu_results.label_rows([(50.0, "H100"), (50.0, "H100"), (50.0, "H100")]) == [0, 1, 2]
