@@ -872,6 +872,35 @@ _LTSF_LINEAR = dict(
     title="Are Transformers Effective for Time Series Forecasting? (AAAI 2023): official implementation, README",
     chapters=(15,))
 
+_LTSF_TABLE2 = dict(
+    hardware="not stated in the table (the paper's experiments)",
+    software="the authors' PyTorch code (LTSF-Linear); its test loader then dropped the last incomplete batch "
+             "(drop_last=True, changed to False in commit 6fe4c28 of 2023-03-15)",
+    url="https://github.com/cure-lab/LTSF-Linear/blob/0c113668a3b88c4c4ee586b8c5ec3e539c4de5a6/pics/Mul-results.png",
+    title="Zeng et al., Are Transformers Effective for Time Series Forecasting? (AAAI 2023, arXiv 2205.13504): "
+          "Table 2, as the official repository's README shows it (the image pics/Mul-results.png)",
+    chapters=(15,))
+_PATCHTST_TABLE3 = dict(
+    hardware="not stated in the table (the paper's experiments)",
+    software="the authors' PyTorch code (PatchTST_supervised); its test loader drops the last incomplete batch "
+             "(drop_last=True)",
+    url="https://github.com/yuqinie98/PatchTST/blob/204c21efe0b39603ad6e2ca640ef5896646ab1a9/pic/table3.png",
+    title="Nie et al., A Time Series is Worth 64 Words: Long-term Forecasting with Transformers (ICLR 2023, "
+          "arXiv 2211.14730): Table 3, as the official repository's README shows it (the image pic/table3.png)",
+    chapters=(15,))
+_FITS_RERUN = dict(
+    hardware="not stated for these runs", software="the baselines' official code, freshly cloned, with the original "
+             "hyper-parameters and the test loader's drop_last set to False",
+    url="https://github.com/VEWOXIC/FITS",
+    title="FITS: Modeling Time Series with 10k parameters (ICLR 2024 Spotlight): official implementation, README",
+    where="Result Update, first table (MSE), column ETTh1-96", chapters=(15,))
+_ETTH1_SPLIT = ("ETTh1 is split by time, 12/4/4 months for train/validation/test, and every channel is standardised "
+                "with the training months' mean and deviation (the official code: data_provider/data_loader.py, "
+                "Dataset_ETT_hour, border1s/border2s and StandardScaler fitted on train_data); the table itself does "
+                "not restate it. ")
+_TRANSCRIBED = ("The README shows the table only as an image: the quote is the row transcribed from it, cells in "
+                "order, separated by spaces. ")
+
 FORECASTING: tuple[F, ...] = (  # chapter 15: case study, stock prices and a forecasting benchmark
     F(key="patchtst-64-mse-reduction", value=21.0, unit="%",
       quantity="overall MSE reduction of PatchTST/64 against the best Transformer-based forecasters, supervised",
@@ -895,6 +924,149 @@ FORECASTING: tuple[F, ...] = (  # chapter 15: case study, stock prices and a for
             "longer look-back window as dicussed in the paper.",
       note="Chapter 15's window is also 336 steps: one week of half-hours. ('dicussed' is the README's spelling.)",
       **_LTSF_LINEAR),
+    # published ETTh1 results at horizon 96, multivariate (the benchmark chapter 15 rebuilds)
+    F(key="ltsf-linear-etth1-96-mse", value=0.375, unit="MSE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MSE of Linear on the "
+               "training-standardised scale",
+      where="Table 2, row ETTh1 96; cells IMP., Linear* MSE, MAE, NLinear* MSE, MAE, DLinear* MSE, MAE",
+      quote="96 0.80% 0.375 0.397 0.374 0.394 0.375 0.399",
+      note=_TRANSCRIBED + _ETTH1_SPLIT + "The table does not state the look-back; the official scripts use 336 "
+           "(ltsf-linear-default-lookback). The same numbers are in the repository's LTSF-Benchmark.md as text "
+           "('|Linear|MSE|0.375|0.418|...'), under 'best input length'. Evaluated with drop_last=True: with the "
+           "script's batch of 32 the last incomplete test batch is dropped.", **_LTSF_TABLE2),
+    F(key="ltsf-linear-etth1-96-mae", value=0.397, unit="MAE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MAE of Linear on the "
+               "training-standardised scale",
+      where="Table 2, row ETTh1 96; cells IMP., Linear* MSE, MAE, NLinear* MSE, MAE, DLinear* MSE, MAE",
+      quote="96 0.80% 0.375 0.397 0.374 0.394 0.375 0.399",
+      note="The same row as ltsf-linear-etth1-96-mse, Linear's MAE (the second number after 0.80%).",
+      **_LTSF_TABLE2),
+    F(key="ltsf-nlinear-etth1-96-mse", value=0.374, unit="MSE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MSE of NLinear on the "
+               "training-standardised scale",
+      where="Table 2, row ETTh1 96; cells IMP., Linear* MSE, MAE, NLinear* MSE, MAE, DLinear* MSE, MAE",
+      quote="96 0.80% 0.375 0.397 0.374 0.394 0.375 0.399",
+      note="The same row as ltsf-linear-etth1-96-mse (split, look-back and drop_last as there); NLinear's MSE is "
+           "in bold in the table, the row's best.", **_LTSF_TABLE2),
+    F(key="ltsf-nlinear-etth1-96-mae", value=0.394, unit="MAE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MAE of NLinear on the "
+               "training-standardised scale",
+      where="Table 2, row ETTh1 96; cells IMP., Linear* MSE, MAE, NLinear* MSE, MAE, DLinear* MSE, MAE",
+      quote="96 0.80% 0.375 0.397 0.374 0.394 0.375 0.399",
+      note="The same row as ltsf-linear-etth1-96-mse, NLinear's MAE (in bold in the table).", **_LTSF_TABLE2),
+    F(key="ltsf-dlinear-etth1-96-mse", value=0.375, unit="MSE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MSE of DLinear on the "
+               "training-standardised scale",
+      where="Table 2, row ETTh1 96; cells IMP., Linear* MSE, MAE, NLinear* MSE, MAE, DLinear* MSE, MAE",
+      quote="96 0.80% 0.375 0.397 0.374 0.394 0.375 0.399",
+      note="The same row as ltsf-linear-etth1-96-mse; DLinear's MSE is the fifth number after 0.80% (Linear's is "
+           "also 0.375). PatchTST's Table 3 quotes the same 0.375 and 0.399 for DLinear "
+           "(patchtst-table3-dlinear-etth1-96-mse); FITS's rerun with the whole test set gives 0.384 "
+           "(fits-rerun-dlinear-etth1-96-mse).", **_LTSF_TABLE2),
+    F(key="ltsf-dlinear-etth1-96-mae", value=0.399, unit="MAE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MAE of DLinear on the "
+               "training-standardised scale",
+      where="Table 2, row ETTh1 96; cells IMP., Linear* MSE, MAE, NLinear* MSE, MAE, DLinear* MSE, MAE",
+      quote="96 0.80% 0.375 0.397 0.374 0.394 0.375 0.399",
+      note="The same row as ltsf-linear-etth1-96-mse, DLinear's MAE (the last number).", **_LTSF_TABLE2),
+    F(key="patchtst-42-etth1-96-mse", value=0.375, unit="MSE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MSE of supervised PatchTST/42 "
+               "on the training-standardised scale",
+      where="Table 3, row ETTh1 96; cells PatchTST/64 MSE, MAE, PatchTST/42 MSE, MAE, DLinear MSE, MAE",
+      quote="96 0.370 0.400 0.375 0.399 0.375 0.399",
+      note=_TRANSCRIBED + _ETTH1_SPLIT + "The table does not state the look-back. PatchTST/42 is the README's "
+           "default model and scripts/PatchTST/etth1.sh uses seq_len=336, patch_len 16, stride 8: "
+           "(336-16)/8+1 = 41 patches plus one from end padding = 42. Evaluated with drop_last=True and the "
+           "script's batch of 128.", **_PATCHTST_TABLE3),
+    F(key="patchtst-42-etth1-96-mae", value=0.399, unit="MAE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MAE of supervised PatchTST/42 "
+               "on the training-standardised scale",
+      where="Table 3, row ETTh1 96; cells PatchTST/64 MSE, MAE, PatchTST/42 MSE, MAE, DLinear MSE, MAE",
+      quote="96 0.370 0.400 0.375 0.399 0.375 0.399",
+      note="The same row as patchtst-42-etth1-96-mse, PatchTST/42's MAE (in bold in the table).",
+      **_PATCHTST_TABLE3),
+    F(key="patchtst-64-etth1-96-mse", value=0.370, unit="MSE",
+      quantity="ETTh1, multivariate (7 channels), look-back 512, horizon 96: test MSE of supervised PatchTST/64 "
+               "on the training-standardised scale",
+      where="Table 3, row ETTh1 96; cells PatchTST/64 MSE, MAE, PatchTST/42 MSE, MAE, DLinear MSE, MAE",
+      quote="96 0.370 0.400 0.375 0.399 0.375 0.399",
+      note=_TRANSCRIBED + "Split, scaling and drop_last as in patchtst-42-etth1-96-mse. The table does not state the "
+           "look-back and the repository has no PatchTST/64 script for ETTh1: 64 patches of 16 with stride 8 and end "
+           "padding means a look-back of 512 ((512-16)/8+1 = 63, plus 1). The best MSE in the row (bold).",
+      **_PATCHTST_TABLE3),
+    F(key="patchtst-64-etth1-96-mae", value=0.400, unit="MAE",
+      quantity="ETTh1, multivariate (7 channels), look-back 512, horizon 96: test MAE of supervised PatchTST/64 "
+               "on the training-standardised scale",
+      where="Table 3, row ETTh1 96; cells PatchTST/64 MSE, MAE, PatchTST/42 MSE, MAE, DLinear MSE, MAE",
+      quote="96 0.370 0.400 0.375 0.399 0.375 0.399",
+      note="The same row as patchtst-64-etth1-96-mse, PatchTST/64's MAE (underlined: second best).",
+      **_PATCHTST_TABLE3),
+    F(key="patchtst-table3-dlinear-etth1-96-mse", value=0.375, unit="MSE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MSE of DLinear as PatchTST's "
+               "Table 3 quotes it, on the training-standardised scale",
+      where="Table 3, row ETTh1 96; cells PatchTST/64 MSE, MAE, PatchTST/42 MSE, MAE, DLinear MSE, MAE",
+      quote="96 0.370 0.400 0.375 0.399 0.375 0.399",
+      note="DLinear's MSE is the fifth number (PatchTST/42's is also 0.375): the same 0.375 as the LTSF-Linear "
+           "paper's own Table 2 (ltsf-dlinear-etth1-96-mse), from which it is presumably copied; the table does not "
+           "say.", **_PATCHTST_TABLE3),
+    F(key="patchtst-table3-dlinear-etth1-96-mae", value=0.399, unit="MAE",
+      quantity="ETTh1, multivariate (7 channels), look-back 336, horizon 96: test MAE of DLinear as PatchTST's "
+               "Table 3 quotes it, on the training-standardised scale",
+      where="Table 3, row ETTh1 96; cells PatchTST/64 MSE, MAE, PatchTST/42 MSE, MAE, DLinear MSE, MAE",
+      quote="96 0.370 0.400 0.375 0.399 0.375 0.399",
+      note="DLinear's MAE is the last number (in bold, tied with PatchTST/42's): as in ltsf-dlinear-etth1-96-mae.",
+      **_PATCHTST_TABLE3),
+    # the test loader's drop_last: the published numbers above skip the last incomplete batch of test windows
+    F(key="fits-rerun-patchtst-etth1-96-mse", value=0.385, unit="MSE",
+      quantity="ETTh1, multivariate, horizon 96: test MSE of PatchTST rerun with its official code and "
+               "hyper-parameters on the whole test set (drop_last=False)",
+      quote="| PatchTST  | 0.385     | *0.413*   | *0.44*    | *0.456*   |",
+      note="FITS's authors reran the baselines after finding the drop_last bug ('the test dataloader uses "
+           "`drop_last=True`, which may exclude a significant portion of test data, particularly with large batch "
+           "sizes'). The official ETTh1 script is PatchTST/42 (look-back 336); the README does not restate the "
+           "look-back. Against the published 0.375 (patchtst-42-etth1-96-mse); a single rerun, seed not stated.",
+      **_FITS_RERUN),
+    F(key="fits-rerun-dlinear-etth1-96-mse", value=0.384, unit="MSE",
+      quantity="ETTh1, multivariate, horizon 96: test MSE of DLinear rerun with its official code and "
+               "hyper-parameters on the whole test set (drop_last=False)",
+      quote="| Dlinear   | 0.384     | 0.443     | 0.446     | 0.504     |",
+      note="As fits-rerun-patchtst-etth1-96-mse; the official DLinear ETTh1 script uses look-back 336. Against the "
+           "published 0.375 (ltsf-dlinear-etth1-96-mse). ('Dlinear' is the README's spelling.)", **_FITS_RERUN),
+    F(key="patchtst-etth1-script-batch-size", value=128, unit="windows per batch",
+      quantity="batch size of the official PatchTST ETTh1 script, which the test loader also uses "
+               "(batch_size = args.batch_size with drop_last=True for flag 'test')",
+      hardware="not applicable (a script setting)", software="the authors' PyTorch code (PatchTST_supervised)",
+      url="https://github.com/yuqinie98/PatchTST/blob/204c21efe0b39603ad6e2ca640ef5896646ab1a9/PatchTST_supervised/"
+          "scripts/PatchTST/etth1.sh",
+      title="PatchTST (ICLR 2023): official implementation, PatchTST_supervised/scripts/PatchTST/etth1.sh",
+      where="the python -u run_longExp.py command's last line",
+      quote="--itr 1 --batch_size 128 --learning_rate 0.0001",
+      note="PatchTST_supervised/data_provider/data_factory.py sets, for flag == 'test', 'drop_last = True' and "
+           "'batch_size = args.batch_size': the test windows beyond the last whole batch of 128 are not scored.",
+      chapters=(15,)),
+    F(key="patchtst-etth1-script-epochs", value=100, unit="epochs",
+      quantity="training epochs of the official PatchTST ETTh1 script (look-back 336, horizons 96-720)",
+      hardware="not applicable (a script setting)", software="the authors' PyTorch code (PatchTST_supervised)",
+      url="https://github.com/yuqinie98/PatchTST/blob/b75156c0bce8cfc11babe3ef1f1a0430e9bd5964/PatchTST_supervised/"
+          "scripts/PatchTST/etth1.sh",
+      title="PatchTST (ICLR 2023): official implementation, PatchTST_supervised/scripts/PatchTST/etth1.sh",
+      where="the python -u run_longExp.py command's arguments",
+      quote="--train_epochs 100",
+      note="The same command sets --e_layers 3, --n_heads 4, --d_model 16, --d_ff 128, --dropout 0.3, --patch_len 16 "
+           "and --stride 8 (the sizes of ltsf.PatchSizes) and the learning rate of patchtst-etth1-script-batch-size's "
+           "quote. Chapter 15's CPU book run trains far fewer epochs at a higher peak rate, and says so.",
+      chapters=(15,)),
+    F(key="ltsf-linear-etth1-script-batch-size", value=32, unit="windows per batch",
+      quantity="batch size of the official LTSF-Linear ETTh1 script (Linear, NLinear and DLinear), which the test "
+               "loader also uses",
+      hardware="not applicable (a script setting)", software="the authors' PyTorch code (LTSF-Linear)",
+      url="https://github.com/cure-lab/LTSF-Linear/blob/0c113668a3b88c4c4ee586b8c5ec3e539c4de5a6/scripts/"
+          "EXP-LongForecasting/Linear/etth1.sh",
+      title="LTSF-Linear (AAAI 2023): official implementation, scripts/EXP-LongForecasting/Linear/etth1.sh",
+      where="each python -u run_longExp.py command's last line (pred_len 96, 192, 336, 720)",
+      quote="--itr 1 --batch_size 32 --learning_rate 0.005",
+      note="The test loader used drop_last=True until commit 6fe4c28 (2023-03-15) set it to False in "
+           "data_provider/data_factory.py, after the paper's results were published.", chapters=(15,)),
 )
 
 _ESM2 = dict(
