@@ -11,7 +11,10 @@
 #                 kernels, the ladder, the workers on NCCL and the notebooks (where Jupyter is installed), within
 #                 BUDGET seconds (default 510); writes bench_results/gpu-check-<gpu>.json after each item
 #   make lab      JupyterLab on the notebooks
-#   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one)
+#   make outputs  re-execute every notebook in place on the best device present (DEVICE=cuda: fail without one), at
+#                 the book run size (GPUFORMER_RUN=book: the case studies train until their models learn, up to
+#                 about 25 minutes each on a CPU); ONLY="notebooks/15_*.ipynb" runs some; RUN=small stores a small run
+#   Every other command runs the notebooks at the small run size (GPUFORMER_RUN=small: seconds, every code path).
 #   make student  student copies of the notebooks (solutions removed) in _build/student
 #   make clean    remove the build outputs in _build, keeping _build/student (the learners' working copies)
 #   make format   wrap the notebooks' code to the book's column (black, 79 characters; tests check the width)
@@ -103,8 +106,13 @@ gpu-check:
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
+# The run size (gpuformer_lib/book_run.py): make outputs stores the book run; the targets that check or hand out
+# notebooks run the small one whatever the shell exports.
+RUN ?= book
 outputs: $(STAMP)
-	$(PY) -m gpuformer_lib.tools.execute $(if $(DEVICE),--device $(DEVICE))
+	GPUFORMER_RUN=$(RUN) $(PY) -m gpuformer_lib.tools.execute $(if $(DEVICE),--device $(DEVICE)) $(ONLY)
+
+test rehearse grade student gpu-check: export GPUFORMER_RUN := small
 
 student: $(STAMP)
 	$(PY) -m gpuformer_lib.tools.student _build/student

@@ -21,8 +21,9 @@ their imports, at any depth):
 6. Training and parallelism: ``train``, ``lr_search``, ``ladder``, ``prefetch``, ``context_parallel``,
    ``sequence_parallel``, ``pipeline_orders``, ``pipeline_schedules``, ``expert_parallel``.
 7. Case studies and after training: ``case_study``, ``translation_task``, ``proteins``, ``forecasting``,
-   ``toolchain``, ``deploy``, ``compression``.
-8. The course's machinery: ``viz``, ``diagrams``, ``exercises``, ``gpu_suite``, ``tools``, ``workers``.
+   ``ltsf``, ``toolchain``, ``deploy``, ``compression``.
+8. The course's machinery: ``viz``, ``diagrams``, ``book_run``, ``exercises``, ``gpu_suite``, ``tools``,
+   ``workers``.
 
 ``device`` re-exports the names of ``hardware`` and ``profiles`` for the notebooks.
 

@@ -101,7 +101,8 @@ def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
 
 def test_prose_length(cells):
     words = len(pages.text(cells, "markdown").split())
-    assert 2000 <= words <= 3000, words
+    # 3,000 until the ETTh1 benchmark section (about 500 words) joined the chapter
+    assert 2000 <= words <= 3600, words
 
 
 def test_review_fixes_stay_fixed(cells):
@@ -137,3 +138,44 @@ def test_review_fixes_stay_fixed(cells):
     images = sum("image/png" in o.get("data", {}) for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
     assert images >= 5, images
     assert "display(table)" in code and "_repr_html_" not in code
+
+
+ETTH1_ROW = re.compile(r"^(NLinear|DLinear|PatchTST/42)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)-([\d.]+)\s+([\d.]+)"
+                       r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", re.M)
+ETTH1_KEYS = {"NLinear": "ltsf-nlinear-etth1-96", "DLinear": "ltsf-dlinear-etth1-96",
+              "PatchTST/42": "patchtst-42-etth1-96"}
+
+
+def test_etth1_rows_stand_beside_the_published_ones_within_ten_percent(cells):
+    from gpuformer_lib.published import figure
+
+    rows = {m[0]: m[1:] for m in ETTH1_ROW.findall(_outputs(cells))}
+    assert sorted(rows) == sorted(ETTH1_KEYS), rows
+    g = pages.glued(cells)
+    for name, (seeds, mse, sd, low, high, mae, pub_mse, pub_mae, ratio) in rows.items():
+        key = ETTH1_KEYS[name]
+        assert float(pub_mse) == figure(key + "-mse").value and float(pub_mae) == figure(key + "-mae").value
+        assert int(seeds) >= 3, f"{name}: the book run trains at least 3 seeds, the page shows {seeds}"
+        assert float(low) < float(mse) < float(high), (name, low, mse, high)
+        assert abs(float(ratio) - float(mse) / float(pub_mse)) <= 0.006, (name, ratio)
+        assert abs(float(mse) - float(pub_mse)) <= 0.10 * float(pub_mse), (
+            f"{name}: test MSE {mse} is not within 10 % of the published {pub_mse}")
+    for slot in ("nlinear", "dlinear", "patch42"):
+        assert g[f"etth1_{slot}_vs_pub"].endswith("within 10 %"), g[f"etth1_{slot}_vs_pub"]
+
+
+def test_etth1_winner_is_read_from_the_paired_interval(cells):
+    m = re.search(r"PatchTST/42 - DLinear, test MSE: ([+-][\d.]+) \(95 % block-bootstrap interval ([+-][\d.]+) to "
+                  r"([+-][\d.]+)\)", _outputs(cells))
+    assert m, "the paired comparison is printed"
+    low, high = float(m[2]), float(m[3])
+    words = pages.glued(cells)["etth1_winner_words"]
+    expected = ("PatchTST's test MSE is lower" if high < 0 else "DLinear's test MSE is lower" if low > 0
+                else "cannot tell PatchTST and DLinear apart")
+    assert expected in words, (low, high, words)
+
+
+def test_etth1_counts_the_windows_a_dropped_last_batch_leaves_out(cells):
+    g = pages.glued(cells)
+    assert (g["etth1_test_windows"], g["etth1_kept"], g["etth1_dropped"]) == ("2,785", "2,688", "97")
+    assert g["etth1_run_size"] == "book"

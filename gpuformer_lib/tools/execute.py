@@ -8,7 +8,8 @@ Each notebook runs top to bottom in a fresh kernel on the best device present (o
 GPU, instead of silently storing CPU outputs). Stored outputs are what the book shows, so a rehearsed
 profile (``$GPUFORMER_REHEARSE``) is refused. The hardware is described in a subprocess, so this
 process holds no CUDA context while the notebooks run. On success its metadata gains a ``gpuformer`` entry: the hardware
-summary, the size preset, library versions, the date, the run time and a hash of the code cells,
+summary, the size preset, the run size (``$GPUFORMER_RUN``: ``make outputs`` sets ``book``, see
+``gpuformer_lib.book_run``), library versions, the date, the run time and a hash of the code cells,
 and the file is replaced atomically (a crash or Ctrl-C leaves the old notebook or the new one, never
 half of one). A notebook that fails (an error in a cell, a cell past ``--timeout``, a dead kernel) is
 left as it was, the others still run, and the command exits non-zero, naming what failed; so is one
@@ -35,6 +36,7 @@ from tqdm.auto import tqdm
 import json
 import subprocess
 
+from gpuformer_lib import book_run
 from gpuformer_lib.device import DEVICE_ENV, DeviceNotAvailableError, pick_device
 from gpuformer_lib.profiles import REHEARSE_ENV
 from gpuformer_lib.tools.notebooks import (METADATA_KEY, NotANotebookError, code_hash, notebook_paths, read_notebook,
@@ -85,6 +87,7 @@ def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python
         "seconds": round(seconds, 1),
         "hardware": hardware,
         "preset": preset,
+        "run_size": book_run.size(),
         "versions": _versions(),
         "code_hash": code_hash(nb),
     }
@@ -119,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         except NotANotebookError as err:
             parser.error(str(err))
     described = hardware, preset = _describe_in_subprocess()  # once: every notebook runs on the same machine
-    print(f"running on {hardware['gpu_name'] or hardware['device']} with the '{preset}' preset", flush=True)
+    print(f"running on {hardware['gpu_name'] or hardware['device']} with the '{preset}' preset, at the "
+          f"{book_run.size()} run size (${book_run.ENV})", flush=True)
     failed = []
     for path in tqdm(paths, desc="notebooks", unit="nb"):
         try:
