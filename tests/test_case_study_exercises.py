@@ -39,9 +39,17 @@ def test_token_budget_mistakes_that_give_the_right_number_are_left_out():
 
 
 def _diagnose(records, spread):
+    """Takes every measured row without a speedup as refused: wrong where a seed never reached the target."""
     base = records[0]["quality"]
     return {r["step"]: ("lost quality" if abs(r["quality"] - base) > spread else "noise") for r in records[1:]
             if not r["skipped"] and r["speedup"] is None}
+
+
+def _flag_diagnose(records, spread):
+    """Reads the record's refused_for_quality, and for records without it (older tables) no speedup."""
+    base = records[0]["quality"]
+    return {r["step"]: ("lost quality" if abs(r["quality"] - base) > spread else "noise") for r in records[1:]
+            if r.get("refused_for_quality", not r["skipped"] and r["speedup"] is None)}
 
 
 def test_refusal_diagnosis_compares_the_gap_with_the_seed_spread():
@@ -49,9 +57,12 @@ def test_refusal_diagnosis_compares_the_gap_with_the_seed_spread():
                {"step": "+ x", "skipped": None, "quality": 4.53, "speedup": None,
                 "verdict": "no speedup reported: validation loss (nats) 4.530 is 0.030 above the baseline's 4.500, "
                            "outside the tolerance of 0"}]
-    assert check_refusal_diagnosis(_diagnose, records, 0.06).passed
+    assert check_refusal_diagnosis(_flag_diagnose, records, 0.06).passed
+    # the small example table has a kept row without a speedup (a seed never reached the target): not refused
+    missed = check_refusal_diagnosis(_diagnose, records, 0.06)
+    assert not missed.passed and "'refused_for_quality': False" in missed.message
     assert not check_refusal_diagnosis(lambda r, s: {"+ x": "lost quality"}, records, 0.06).passed  # toy and this
-    every_loss = lambda recs, s: {k: "lost quality" for k in _diagnose(recs, s)}
+    every_loss = lambda recs, s: {k: "lost quality" for k in _flag_diagnose(recs, s)}
     result = check_refusal_diagnosis(every_loss, records, 0.06)
     assert not result.passed and "spread" in result.message
     assert not check_refusal_diagnosis(lambda r, s: None, records, 0.06).passed

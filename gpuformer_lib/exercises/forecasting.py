@@ -20,20 +20,47 @@ import numpy as np
 from gpuformer_lib.exercises._core import CheckResult, _report, _run_limited, _safe_check, _try
 
 
+PATCH_ATTENTION_REL = 0.03
+"""A predicted ratio of attention FLOPs passes within 3 % of the count (rounding: the count is (N_short / N_long)^2
+exactly, the width, batch and layers cancelling)."""
+
+
 def check_patch_attention_prediction(predicted, counted: float, *, short_patch: int, long_patch: int,
                                      context: int) -> CheckResult:
     """Grade a predicted ratio of attention FLOPs (patches of ``short_patch`` over patches of ``long_patch`` on a
-    window of ``context`` steps) against the count."""
-    from gpuformer_lib.exercises.predictions import grade_prediction
+    window of ``context`` steps) against the count, within rounding (:data:`PATCH_ATTENTION_REL`), each plausible
+    mistake named: (long / short)^2, which leaves out PatchTST's padding patch (x1.09 of the count at 336 steps,
+    8 and 24, inside the former x1.3 band), the token ratio not squared, the square upside down, the cube."""
+    from gpuformer_lib.exercises.predictions import distinct_mistakes, grade_model
+    from gpuformer_lib.forecasting import tokens_for
 
-    return grade_prediction(
+    n_short, n_long = tokens_for(context, short_patch), tokens_for(context, long_patch)
+    tokens = f"{n_short} and {n_long} tokens here (tokens_for)"
+    candidates = [
+        ("(long patch / short patch)^2", (long_patch / short_patch) ** 2,
+         f"That leaves out PatchTST's padding patch: a window of L steps cut into patches of P (no overlap) is "
+         f"(L - P) // P + 1 patches plus the padding patch, (L - P) // P + 2 tokens, not L / P: {tokens}. "
+         f"Square the ratio of the token counts, ({n_short} / {n_long})^2."),
+        ("the ratio of the token counts", n_short / n_long,
+         f"Attention's two matrix products cost about N^2 D each for N tokens: the ratio is the square of the token "
+         f"counts' ratio, ({n_short} / {n_long})^2, not N_short / N_long."),
+        ("the square upside down", (n_long / n_short) ** 2,
+         "Upside down: shorter patches make more tokens and more attention FLOPs; the ratio, short patches over "
+         f"long, is above 1: ({n_short} / {n_long})^2."),
+        ("the cube of the token counts' ratio", (n_short / n_long) ** 3,
+         f"Attention's score and weighted-sum products grow with the square of the token count, N^2 D, not its "
+         f"cube: ({n_short} / {n_long})^2."),
+    ]
+    wrong = distinct_mistakes(counted, candidates, PATCH_ATTENTION_REL)
+    return grade_model(
         predicted, counted, quantity=f"attention FLOPs, patches of {short_patch} / patches of {long_patch}", unit="x",
-        within=1.3, measured_by="forecasting.attention_flops counted",
+        wrong=wrong, rel=PATCH_ATTENTION_REL,
         too_high=("Attention's two matrix products cost about N^2 D each for N tokens: the ratio is the square of the "
                   "ratio of the token counts, and a window of L steps cut into patches of P (no overlap, plus "
-                  "PatchTST's padding patch) gives about L / P + 1 tokens, not L / P^2."),
+                  "PatchTST's padding patch) gives (L - P) // P + 2 tokens, not L / P^2."),
         too_low=("The token count falls as 1 / P, and attention's cost falls as the square of the token count: "
-                 "the ratio is (N_short / N_long)^2, not N_short / N_long."),
+                 "the ratio is (N_short / N_long)^2, not N_short / N_long; count the tokens with the padding patch, "
+                 "(L - P) // P + 2."),
         why_close=("Attention scales with the square of the token count; the projections and the feed-forward "
                    "layers scale only linearly, so the measured time ratio of a whole layer is smaller than this "
                    "FLOP ratio, the more so the shorter the sequence."))
@@ -88,17 +115,53 @@ def ewma_half_life(lam: float, horizon: int = 200) -> int:
     return int(np.argmax(var[2:] <= first / 2))  # whole days: ln(1/2) / ln(lam) rounded up
 
 
-def check_ewma_half_life_prediction(predicted, measured: float, *, lam: float) -> CheckResult:
-    """Grade a predicted half-life (days) of an EWMA with decay ``lam`` against the one measured."""
-    from gpuformer_lib.exercises.predictions import grade_prediction
+EWMA_MISTAKE_REL = 0.03
+"""A half-life within 3 % of a plausible mistake's value (and outside the pass band) gets that mistake's hint."""
 
+
+def check_ewma_half_life_prediction(predicted, measured: float, *, lam: float) -> CheckResult:
+    """Grade a predicted half-life (days) of an EWMA with decay ``lam`` against the one measured (within x1.25).
+    A prediction outside that band that one plausible mistake gives (the mean age 1 / (1 - lam), the half-life of
+    the volatility instead of the variance, pandas' span, half the mean age, 1 - lam as the daily decay) gets the
+    hint that names it."""
+    import math
+
+    from gpuformer_lib.exercises._answers import _number
+    from gpuformer_lib.exercises.predictions import grade_prediction, own_result
+
+    within = 1.25
+    quantity = f"half-life of an EWMA with decay {lam}"
+    mistakes = [
+        ("the mean age of the weights, 1 / (1 - lam)", 1 / (1 - lam),
+         f"1 / (1 - {lam}) is the average age of the weights, longer than the half-life: each day multiplies the "
+         f"weight of everything older by {lam}, so half is gone after n days when {lam}^n = 1/2, "
+         f"n = ln(1/2) / ln({lam})."),
+        ("the volatility's half-life", math.log(0.5) / math.log(math.sqrt(lam)),
+         f"That is when the shock's effect on the volatility (a square root) has halved; the exercise asks about "
+         f"its weight in the variance, which falls by {lam} a day: n = ln(1/2) / ln({lam})."),
+        ("pandas' span, 2 / (1 - lam) - 1", 2 / (1 - lam) - 1,
+         f"That is the span of pandas' ewm (alpha = 2 / (span + 1)), a window length, not a half-life: the weight "
+         f"falls by {lam} a day, half of it gone when {lam}^n = 1/2, n = ln(1/2) / ln({lam})."),
+        ("half the mean age, 1 / (2 (1 - lam))", 1 / (2 * (1 - lam)),
+         f"Half the mean age is the half-life of a linear decay; the EWMA's weights decay geometrically, by {lam} a "
+         f"day: n = ln(1/2) / ln({lam})."),
+        ("1 - lam as the daily decay", math.log(0.5) / math.log(1 - lam),
+         f"The weight falls by a factor {lam} a day, not by {1 - lam:g}: n = ln(1/2) / ln({lam})."),
+    ]
+    value, hint = _number(predicted)
+    if not hint and math.isfinite(value) and value > 0 and not 1 / within <= value / measured <= within:
+        for name, wrong, wrong_hint in mistakes:
+            if wrong > 0 and abs(value / wrong - 1) <= EWMA_MISTAKE_REL:
+                return own_result(False, f"You predicted {value:.3g} days for the {quantity}, which is what {name} "
+                                         f"gives; ewma_volatility's response to one shock measured {measured:.3g} "
+                                         f"days. {wrong_hint}")
     return grade_prediction(
-        predicted, measured, quantity=f"half-life of an EWMA with decay {lam}", unit="days", within=1.25,
+        predicted, measured, quantity=quantity, unit="days", within=within,
         measured_by="ewma_volatility's response to one shock measured",
         too_high=(f"Each day multiplies the weight of everything older by {lam}; half is gone after n days when "
                   f"{lam}^n = 1/2, n = ln(1/2) / ln({lam}). 1 / (1 - {lam}) is the average age of the weights, "
                   "longer than the half-life."),
-        too_low=(f"The weight falls by a factor {lam} a day, not by {1 - lam}: n = ln(1/2) / ln({lam})."),
+        too_low=(f"The weight falls by a factor {lam} a day, not by {1 - lam:g}: n = ln(1/2) / ln({lam})."),
         why_close=(f"ln(1/2) / ln({lam}): about two weeks of trading for RiskMetrics' 0.94. That memory is why the "
                    "EWMA beats the historical mean on volatility: volatility clusters over days to weeks, and "
                    "the EWMA forgets the calm (or the storm) of last year."))

@@ -3,8 +3,8 @@
 Each module of this package (one per topic module of ``gpuformer_lib.exercises``) defines ``TABLES``, a list of
 :class:`Table`: a check, how to grade one answer with it, the answers that must pass, and at least three
 plausible wrong answers, each of which must fail with a hint holding the key words that name its mistake.
-``tests/test_answer_tables.py`` runs every row, and fails naming any check that a notebook of chapters 0-12 or
-16 calls without a table here (the checks are found from the notebooks' code, not from a list kept by hand).
+``tests/test_answer_tables.py`` runs every row, and fails naming any check that a notebook calls without a
+table here (the checks are found from the notebooks' code, not from a list kept by hand).
 
 A row's key words are the hint's, not the check's generic text: a wrong answer that fails for another reason
 (a crash, a placeholder) does not pass its row.
@@ -29,10 +29,15 @@ class Wrong:
     """What the learner got wrong, in a few words (the row's test id)."""
     answer: Any
     words: tuple[str, ...]
+    marks: tuple[Any, ...] = ()
+    """pytest marks of the row: ``pytest.mark.xfail(..., strict=True)`` for a row that a proposed fix of the check
+    (not yet applied) makes fail with its hint, so that the fix, once applied, turns it into a failure to unmark."""
 
     def __post_init__(self):
         if isinstance(self.words, str) or not self.words or not all(isinstance(w, str) and w for w in self.words):
             raise ValueError(f"{self.mistake!r}: words is a tuple of the hint's key words, got {self.words!r}")
+        if not isinstance(self.marks, tuple):
+            raise ValueError(f"{self.mistake!r}: marks is a tuple of pytest marks, got {self.marks!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +64,35 @@ class Table:
             raise ValueError(f"{self.check}: two wrong answers share a name: {mistakes}")
 
 
+def _defining_topics(check: str) -> list[str]:
+    """The modules of ``gpuformer_lib.exercises`` that define a public ``check`` of that name."""
+    import gpuformer_lib.exercises as exercises
+
+    topics = []
+    for info in pkgutil.iter_modules(exercises.__path__):
+        module = importlib.import_module(f"{exercises.__name__}.{info.name}")
+        value = vars(module).get(check)
+        if callable(value) and getattr(value, "__module__", "") == module.__name__:
+            topics.append(info.name)
+    return topics
+
+
 def all_tables() -> dict[str, Table]:
-    """Every table of every module of this package, by check name (a check with two tables is an error)."""
+    """Every table of every module of this package, by the check's qualified name, ``topic.check_name``, the topic
+    being the module of ``gpuformer_lib.exercises`` that defines it (two topics define a ``check_padding_prediction``:
+    chapter 7's in ``training``, chapter 14's in ``proteins``; a table of such a name lies in the module of this
+    package named as its topic). A check with two tables is an error."""
     tables: dict[str, Table] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
         for table in getattr(module, "TABLES"):
-            if table.check in tables:
-                raise ValueError(f"two tables for {table.check} (the second in {info.name})")
-            tables[table.check] = table
+            topics = _defining_topics(table.check)
+            if info.name in topics or len(topics) != 1:
+                topic = info.name  # a name no topic defines is reported by the test, under this module's name
+            else:
+                topic = topics[0]
+            key = f"{topic}.{table.check}"
+            if key in tables:
+                raise ValueError(f"two tables for {key} (the second in {info.name})")
+            tables[key] = table
     return tables
