@@ -279,13 +279,14 @@ def evaluate(model: nn.Module, split_: Split, part: str = "test") -> dict[str, f
 @dataclasses.dataclass
 class Trained:
     """What :func:`train` returns: the model with its best validation weights, the validation MSE after each
-    epoch, the epoch kept, the optimizer steps taken and the wall time."""
+    epoch, the epoch kept, the optimizer steps taken, the wall time and the learning rate each epoch started at."""
 
     model: nn.Module
     val_mse: list[float]
     best_epoch: int
     steps: int
     seconds: float
+    epoch_lrs: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def stopped_early(self) -> bool:
@@ -299,9 +300,12 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
     """Adam on the training windows' MSE, shuffled each epoch (``seed``), validated after each epoch; stops
     after ``patience`` epochs without a lower validation MSE and restores the best epoch's weights.
 
-    ``schedule``: ``'halve'`` (LTSF-Linear's: the rate halves after every epoch) or ``'onecycle'`` (PatchTST's:
-    a one-cycle schedule over all planned steps, 30 % warm-up). ``max_steps_per_epoch`` and ``val_windows``
-    (evenly spaced) shrink a run for tests and CI; the book's run leaves them ``None``."""
+    ``schedule``: ``'halve'`` (LTSF-Linear's ``type1``: the first two epochs at ``lr``, then half the rate after
+    each epoch, as its ``adjust_learning_rate(optimizer, epoch + 1, ...)`` computes ``lr * 0.5 ** (epoch - 1)``)
+    or ``'onecycle'`` (a one-cycle schedule over all planned steps, 30 % warm-up: PatchTST's code offers it as
+    ``--lradj TST``; its ETTh1 script runs the default ``type3``, 100 epochs). ``max_steps_per_epoch`` shrinks a
+    run for tests and CI; ``val_windows`` validates on that many evenly spaced validation windows instead of all
+    (early stopping only: :func:`evaluate` scores every window)."""
     from tqdm.auto import tqdm
 
     if epochs < 1 or batch_size < 1 or patience < 1 or lr <= 0:
@@ -323,8 +327,10 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
     best, best_state, best_epoch, history, steps = math.inf, None, -1, [], 0
     start = time.perf_counter()
     bar = tqdm(total=epochs * per_epoch, desc=desc or type(model).__name__, disable=not progress, leave=False)
+    epoch_lrs = []
     for epoch in range(epochs):
         model.train()
+        epoch_lrs.append(opt.param_groups[0]["lr"])
         order = rng.permutation(n)
         for i in range(per_epoch):
             x, y = split_.windows("train", order[i * batch_size:(i + 1) * batch_size])
@@ -336,9 +342,9 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
                 sched.step()
             steps += 1
             bar.update(1)
-        if schedule == "halve":
+        if schedule == "halve" and epoch >= 1:  # LTSF-Linear's type1: lr * 0.5 ** epoch for the next epoch
             for group in opt.param_groups:
-                group["lr"] *= 0.5
+                group["lr"] = lr * 0.5 ** epoch
         val = float(((predict(model, vx) - vy) ** 2).mean())
         history.append(val)
         bar.set_postfix(val_mse=f"{val:.4f}")
@@ -349,7 +355,7 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
     bar.close()
     model.load_state_dict(best_state)
     model.eval()
-    return Trained(model, history, best_epoch, steps, time.perf_counter() - start)
+    return Trained(model, history, best_epoch, steps, time.perf_counter() - start, epoch_lrs)
 
 
 # --------------------------------------------------------------------------- intervals

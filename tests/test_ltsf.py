@@ -111,6 +111,9 @@ def test_training_stops_early_and_keeps_the_best_validation_weights():
     x, y = s.windows("val", np.linspace(0, s.n_windows("val") - 1, 200).round().astype(int))
     assert float(((ltsf.predict(run.model, x) - y) ** 2).mean()) == pytest.approx(min(run.val_mse), rel=1e-6)
     assert run.steps == len(run.val_mse) * (s.n_windows("train") // 256)
+    halving = ltsf.train(ltsf.NLinear(48, 12), s, epochs=4, batch_size=256, lr=0.08, patience=4, seed=3,
+                         max_steps_per_epoch=2, val_windows=200, progress=False)
+    assert halving.epoch_lrs == pytest.approx([0.08, 0.08, 0.04, 0.02])  # LTSF-Linear's type1 schedule
     with pytest.raises(ValueError, match="schedule"):
         ltsf.train(ltsf.NLinear(48, 12), s, epochs=1, batch_size=8, lr=1e-3, patience=1, seed=0, schedule="cosine")
 
