@@ -162,7 +162,10 @@ def print0(*args, **kwargs) -> None:
 def report(name: str, value) -> None:
     """Rank 0 hands a result to the notebook that launched the script (see :class:`LaunchResult`)."""
     if not dist.is_initialized() or dist.get_rank() == 0:
-        print(f"RESULT {json.dumps({name: value})}", flush=True)
+        # the line and its newline in one write: print() writes them apart, and another rank's output may land
+        # between the two in the pipe the ranks share
+        sys.stdout.write(f"RESULT {json.dumps({name: value})}\n")
+        sys.stdout.flush()
 
 
 # --------------------------------------------------------------------------- launching from a notebook
@@ -232,6 +235,18 @@ def _check_launch_args(nproc, args, backend, timeout_s, threads_per_process, ext
         raise TypeError(f"extra_env must map names to strings, got {extra_env!r}")
 
 
+def result_of(payload: str) -> tuple[dict, str]:
+    """The JSON object of a rank's ``RESULT {...}`` line, and whatever follows it on the same line: torchrun's tee
+    writes the ranks' outputs into one pipe, and a rank's next output can land on the end of another's line (CI
+    saw ``Extra data`` after a complete result). Raises ``json.JSONDecodeError`` if the object itself is cut."""
+    if not payload.startswith("RESULT "):
+        raise ValueError(f"not a result line: {payload[:40]!r}")
+    result, end = json.JSONDecoder().raw_decode(payload, len("RESULT "))
+    if not isinstance(result, dict):
+        raise ValueError(f"a result line holds a JSON object, got {type(result).__name__}")
+    return result, payload[end:].strip()
+
+
 def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[str] = (), *,
            backend: str | None = None, timeout_s: float = 300.0, echo: bool = True, threads_per_process: int = 1,
            extra_env: dict | None = None) -> LaunchResult:
@@ -296,8 +311,11 @@ def launch(script: str | os.PathLike, nproc: int | None = None, args: Sequence[s
                 label = f"[rank {match.group(1)}]"
                 line = payload if payload.startswith(label) else f"{label} {payload}"  # rank_print labelled it
                 if payload.startswith("RESULT "):
-                    results.update(json.loads(payload[len("RESULT "):]))
-                    continue
+                    result, rest = result_of(payload)
+                    results.update(result)
+                    if not rest:
+                        continue
+                    line = rest  # another rank's output, glued to the result's line in the shared pipe
             elif line.startswith(_NOISE) or not line.strip():
                 continue
             lines.append(line)

@@ -3,6 +3,7 @@ one process computes, a failing rank ends the run with its error, and impossible
 
 import dataclasses
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -371,3 +372,16 @@ def test_fsdp_traffic_is_counted_under_either_name_torch_gives_its_collectives(m
     finally:
         monkeypatch.undo()
         D.dist.destroy_process_group()
+
+
+def test_a_result_line_with_another_ranks_output_glued_to_its_end_is_still_read():
+    from gpuformer_lib.distributed import result_of
+
+    assert result_of('RESULT {"mesh": {"weight_gap": 1e-07}}') == ({"mesh": {"weight_gap": 1e-07}}, "")
+    # torchrun's tee put rank 1's next output on the end of rank 0's result line (seen in CI as 'Extra data')
+    result, rest = result_of('RESULT {"mesh": {"weight_gap": 1e-07}}[rank1]: step 3 done')
+    assert result == {"mesh": {"weight_gap": 1e-07}} and rest == "[rank1]: step 3 done"
+    with pytest.raises(json.JSONDecodeError):
+        result_of('RESULT {"mesh": {"weight_ga')  # a cut object is not guessed at
+    with pytest.raises(ValueError, match="JSON object"):
+        result_of("RESULT [1, 2]")
