@@ -507,16 +507,23 @@ def label_rows(labels: Sequence[tuple[float, str]], gap: float = 2.0) -> list[in
     ends: list[float] = []
     rows = []
     for x, text in labels:
-        w = LABEL_CHAR_PERCENT * len(text)
-        edge = _edge(x)
-        start = x if edge == " gv-left" else (x - w if edge == " gv-right" else x - w / 2)
-        row = next((i for i, end in enumerate(ends) if start >= end + gap), len(ends))
+        start, end = label_extent(x, text)
+        row = next((i for i, last in enumerate(ends) if start >= last + gap), len(ends))
         if row == len(ends):
-            ends.append(start + w)
+            ends.append(end)
         else:
-            ends[row] = start + w
+            ends[row] = end
         rows.append(row)
     return rows
+
+
+def label_extent(x: float, text: str) -> tuple[float, float]:
+    """Where a chart label of ``text`` at mark ``x`` starts and ends on the narrowest strip, in percent: centred on
+    its mark, or starting or ending there near either end (:func:`_edge`)."""
+    w = LABEL_CHAR_PERCENT * len(text)
+    edge = _edge(x)
+    start = x if edge == " gv-left" else (x - w if edge == " gv-right" else x - w / 2)
+    return start, start + w
 
 
 def _edge(x: float) -> str:

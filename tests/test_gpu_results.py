@@ -251,13 +251,6 @@ def test_the_appendix_uses_si_prefixes_and_names_skipped_items(two_devices):
     assert gpu_results.si(2.93e12, "B/s") == "2.93\xa0TB/s" and gpu_results.si(6.49e-6, "s") == "6.49\xa0µs"
 
 
-def _extent(x: float, text: str) -> tuple[float, float]:
-    w = gpu_results.LABEL_CHAR_PERCENT * len(text)
-    edge = gpu_results._edge(x)
-    start = x if edge == " gv-left" else (x - w if edge == " gv-right" else x - w / 2)
-    return start, start + w
-
-
 def test_chart_labels_of_close_marks_go_on_different_lines():
     # chapter 5's step: the H100's and H200's measurements and the H100's prediction within a few percent
     labels = [(6.9, "H200 pred."), (36.4, "H100 pred."), (36.9, "H100"), (38.0, "H200"), (93.0, "T4 pred.")]
@@ -267,7 +260,7 @@ def test_chart_labels_of_close_marks_go_on_different_lines():
     for i, (a, ra) in enumerate(zip(labels, rows)):
         for b, rb in zip(labels[i + 1:], rows[i + 1:]):
             if ra == rb:
-                (s1, e1), (s2, e2) = _extent(*a), _extent(*b)
+                (s1, e1), (s2, e2) = gpu_results.label_extent(*a), gpu_results.label_extent(*b)
                 assert e1 <= s2 or e2 <= s1, (a, b)
 
 
