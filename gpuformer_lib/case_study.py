@@ -20,7 +20,10 @@ with a table of measured speedups (its §4.2.2). This module makes that table ho
   The seed's own example calls the ratio "time after / time before" (its §4.2.2), which would make an
   acceleration look like a slowdown.
 
-Several seeds per row give the quality's spread; times are medians over seeds.
+Several seeds per row give the quality's spread. Each row is trained once per seed; its speed is then timed
+beside every other row's in interleaved rounds (:func:`interleaved_row_timings`), and its time to quality is
+its tokens to quality at that speed: the rows' trainings run minutes apart on a machine whose load drifts,
+the rounds run the rows within a second of each other, and their spread says when a gap is real.
 
 The accelerations of :mod:`gpuformer_lib.speed` (precision, TF32, fused attention, compile, the fused
 optimizer) come ready-made from :func:`standard_accelerations`, in speed's order; a task adds its own
@@ -260,16 +263,28 @@ class Run:
         evaluation that missed it and the first that met it, the time is interpolated linearly in quality
         (the first evaluation's time if that one met it already): evaluations are a few points of a curve,
         and reading only them would round every time up to the next evaluation."""
-        before = None  # (seconds, quality) of the last evaluation that missed the target
-        for _, seconds, quality in self.curve:
-            met = (quality >= target) if higher_is_better else (quality <= target)
-            if met:
-                if before is None or quality == before[1]:
-                    return seconds
-                share = (target - before[1]) / (quality - before[1])
-                return before[0] + min(max(share, 0.0), 1.0) * (seconds - before[0])
-            before = (seconds, quality)
-        return None
+        return _first_reach(self.curve, 1, target, higher_is_better)
+
+    def tokens_to(self, target: float, higher_is_better: bool) -> float | None:
+        """Tokens (what the task counts) trained until ``target`` was first met, interpolated as :meth:`time_to`
+        interpolates seconds; None: never within the budget."""
+        return _first_reach(self.curve, 0, target, higher_is_better)
+
+
+def _first_reach(curve, index: int, target: float, higher_is_better: bool) -> float | None:
+    """Entry ``index`` (0 tokens, 1 seconds) of the curve where quality first met ``target``, interpolated
+    linearly in quality from the last evaluation that missed it; None if no evaluation met it."""
+    before = None  # (entry, quality) of the last evaluation that missed the target
+    for point in curve:
+        at, quality = point[index], point[2]
+        met = (quality >= target) if higher_is_better else (quality <= target)
+        if met:
+            if before is None or quality == before[1]:
+                return at
+            share = (target - before[1]) / (quality - before[1])
+            return before[0] + min(max(share, 0.0), 1.0) * (at - before[0])
+        before = (at, quality)
+    return None
 
 
 def _lr(optimizer: torch.optim.Optimizer, value: float) -> None:
@@ -334,6 +349,47 @@ def interleaved_rates(task: Task, before: Setting, after: Setting, device: torch
                 seconds[k] += time.perf_counter() - started
                 tokens[k] += task.count(batch)
     return tokens[0] / seconds[0], tokens[1] / seconds[1]
+
+
+def interleaved_row_timings(task: Task, settings: Mapping[str, Setting], device: torch.device | str, *, k: int = 4,
+                            seed: int = 0, repeats: int = 7, max_repeats: int = 15,
+                            max_seconds: float | None = None) -> dict[str, bench.Timing]:
+    """Seconds per real token (``task.count``) of each setting's training step, by name, all timed in the same
+    interleaved rounds (:func:`bench.time_interleaved`: one untimed call of each, then rounds in which each is
+    timed once, the order reversed every other round; more rounds, up to ``max_repeats``, while one is noisy).
+
+    A call trains ``k`` steps on ``k`` batches spread evenly over the setting's own first epoch, copied to the
+    device inside the call as :func:`train_run` copies them, with the model, optimizer and step built as the
+    row builds them (:func:`row_step`). Its time over the real tokens of those batches is one entry of the
+    :class:`bench.Timing`: rows whose batches differ (token budgets, packing) compare per real token, and a
+    :class:`bench.Comparison` of two rows' timings is their throughput ratio, round by round."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    if len(settings) < 2:
+        raise ValueError(f"need at least two settings to interleave, got {list(settings)}")
+    device = torch.device(device)
+    on_cuda = device.type == "cuda"
+    calls, tokens = {}, {}
+    for name, setting in settings.items():
+        row = row_step(task, setting, device, seed)
+        epoch = list(task.batches(setting, seed, 0))
+        if not epoch:
+            raise ValueError(f"task {task.name!r}: batches(setting, seed={seed}, epoch=0) yielded nothing for {name!r}")
+        picks = sorted({round(i * (len(epoch) - 1) / max(k - 1, 1)) for i in range(k)})
+        batches = [epoch[i] for i in picks] * (k // len(picks)) + [epoch[i] for i in picks][:k % len(picks)]
+        tokens[name] = sum(task.count(b) for b in batches)
+        if tokens[name] < 1:
+            raise ValueError(f"{name!r}: the timed batches hold no real {task.unit}")
+
+        def call(row=row, batches=batches):
+            for b in batches:
+                row.step([b.to(device, non_blocking=on_cuda) if hasattr(b, "to") else b])
+
+        calls[name] = call
+    timings = bench.time_interleaved(calls, device=device, warmup=1, repeats=repeats,
+                                     max_repeats=max(max_repeats, repeats), max_seconds=max_seconds)
+    return {name: bench.Timing(tuple(t / tokens[name] for t in timing.times), timing.warmup, timing.number)
+            for name, timing in timings.items()}
 
 
 def fixing_row(category: str, row_names: Sequence[str], fixes: Sequence[tuple[str, Sequence[str]]], *,
@@ -460,6 +516,9 @@ class Row:
     skipped: str | None = None
     """Why the acceleration this row adds could not run here (the row then repeats nothing and is not timed)."""
     mfu: float | None = None
+    timing: bench.Timing | None = None
+    """Seconds per real token of the row's step, timed in the same interleaved rounds as every other row
+    (:func:`interleaved_row_timings`); None: the rates come from the training runs' own clocks."""
 
     @property
     def quality(self) -> float:
@@ -473,6 +532,10 @@ class Row:
 
     @property
     def step_seconds(self) -> float:
+        """Seconds per step: the interleaved seconds per token times the runs' tokens per step, or (untimed)
+        the runs' own median."""
+        if self.timing is not None:
+            return self.timing.median * statistics.median(r.tokens / max(r.steps, 1) for r in self.runs)
         return statistics.median(r.step_seconds for r in self.runs)
 
     @property
@@ -486,7 +549,10 @@ class Row:
 
     @property
     def rate(self) -> float:
-        """Tokens (or samples) per training second, median over seeds."""
+        """Tokens (or samples) per second: from the interleaved timing (its median), or, untimed, per training
+        second, median over seeds."""
+        if self.timing is not None:
+            return 1 / self.timing.median
         return statistics.median(r.tokens / r.seconds for r in self.runs)
 
     @property
@@ -495,9 +561,19 @@ class Row:
         return max(peaks) if peaks else None
 
     def time_to(self, target: float, higher_is_better: bool) -> float | None:
-        """Median over seeds of the time to ``target``; None if any seed missed it."""
+        """Seconds to ``target``; None if any seed missed it. With an interleaved timing: the median over seeds of
+        the tokens trained until the target was met, times the timing's seconds per token (each row trained once
+        per seed, its speed measured beside every other row's); untimed: the median of the runs' own clocks."""
+        if self.timing is not None:
+            tokens = [r.tokens_to(target, higher_is_better) for r in self.runs]
+            return None if any(t is None for t in tokens) else statistics.median(tokens) * self.timing.median
         times = [r.time_to(target, higher_is_better) for r in self.runs]
         return None if any(t is None for t in times) else statistics.median(times)
+
+    def tokens_to(self, target: float, higher_is_better: bool) -> float | None:
+        """Median over seeds of the tokens trained until ``target`` was met; None if any seed missed it."""
+        tokens = [r.tokens_to(target, higher_is_better) for r in self.runs]
+        return None if any(t is None for t in tokens) else statistics.median(tokens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -541,6 +617,27 @@ class AccelerationTable:
             return None
         return bench.speedup(before, after)
 
+    def comparison(self, row: Row, before: Row | None = None) -> bench.Comparison | None:
+        """``row``'s throughput against ``before`` (default: the baseline), round by round of the interleaved
+        timing (:class:`bench.Comparison` of seconds per token: its speedup is the rate ratio, its verdict says
+        whether the gap exceeds the rounds' spread); None when either row was not timed interleaved."""
+        before = self.baseline if before is None else before
+        if row.timing is None or before.timing is None or row is before:
+            return None
+        if len(row.timing.times) != len(before.timing.times):
+            raise ValueError(f"{row.name!r} and {before.name!r} were not timed in the same rounds")
+        return bench.Comparison(before.name, row.name, {before.name: before.timing, row.name: row.timing})
+
+    def speedup_range(self, row: Row) -> tuple[float, float] | None:
+        """The middle half of the speedup to quality over the interleaved rounds: the tokens-to-quality ratio
+        (fixed by the training runs) times each round's rate ratio; None without a speedup or a timing."""
+        value, comparison = self.speedup(row), self.comparison(row)
+        if value is None or comparison is None:
+            return None
+        low, high = comparison.ratio_range
+        tokens_ratio = value / comparison.speedup
+        return tokens_ratio * low, tokens_ratio * high
+
     def verdict(self, row: Row) -> str:
         """The speedup in words, or why there is none."""
         if row.skipped is not None:
@@ -556,7 +653,10 @@ class AccelerationTable:
                 return ("no speedup reported: the baseline itself did not reach the target on every seed (a tolerance "
                         "below the seeds' spread)")
             return "no speedup reported: the baseline's quality was not reached within the budget on every seed"
-        return f"{value:.2f}x"
+        spread = self.speedup_range(row)
+        if spread is None or row is self.baseline:
+            return f"{value:.2f}x"
+        return f"{value:.2f}x ({spread[0]:.2f}-{spread[1]:.2f})"
 
     @property
     def final(self) -> Row:
@@ -571,6 +671,8 @@ class AccelerationTable:
             ttq = self.time_to_quality(row) if measured else None
             out.append({
                 "step": row.name, "skipped": row.skipped,
+                "speedup_range": self.speedup_range(row) if measured else None,
+                "timed_rounds": len(row.timing.times) if measured and row.timing is not None else None,
                 "steps": row.steps if measured else None,
                 "step_ms": 1e3 * row.step_seconds if measured else None,
                 "rate": row.rate if measured else None,
@@ -603,10 +705,20 @@ class AccelerationTable:
             speed_words = f"gets no speedup ({self.verdict(final)})"
             ttq_words = "not reported, so there is nothing to compare it with"
         else:
-            word = ratio_words(value, margin=margin, above="sooner", below="slower", about="about as long")
-            speed_words = {"sooner": f"reaches the baseline's quality {value:.2f}x sooner",
-                           "slower": f"is slower to the baseline's quality ({value:.2f}x)",
-                           "about as long": f"takes about as long to the baseline's quality ({value:.2f}x)"}[word]
+            spread = self.speedup_range(final)
+            if spread is None:
+                word = ratio_words(value, margin=margin, above="sooner", below="slower", about="about as long")
+            else:  # the interleaved rounds' rule (bench.Comparison): a verdict only when the gap exceeds the spread
+                word = ("sooner" if spread[0] > 1 and value > 1.02 else
+                        "slower" if spread[1] < 1 and value < 1 / 1.02 else "about as long")
+            rounds = "" if spread is None else \
+                f"middle half of the interleaved rounds: {spread[0]:.2f}x-{spread[1]:.2f}x"
+            speed_words = {"sooner": f"reaches the baseline's quality {value:.2f}x sooner"
+                                     + (f" ({rounds})" if rounds else ""),
+                           "slower": f"is slower to the baseline's quality ({value:.2f}x" + (f"; {rounds})" if rounds
+                                                                                            else ")"),
+                           "about as long": f"takes about as long to the baseline's quality ({value:.2f}x"
+                                            + (f"; {rounds}, a gap within their spread)" if rounds else ")")}[word]
             ttq_words = f"{ratio_words(value / rate_ratio, margin=margin, above='more than', below='less than', about='about the same as')} that ({value:.2f}x)"
         records = self.records()
         return {"final": final.name, "speedup": value, "verdict": self.verdict(final), "rate_ratio": rate_ratio,
@@ -616,14 +728,20 @@ class AccelerationTable:
                 "kept": [r["step"] for r in records if r["skipped"] is None and r["speedup"] is not None]}
 
     def gain(self, name: str, margin: float = 1.15) -> tuple[float, str, str]:
-        """Throughput of row ``name`` over the row measured before it, that row's name, and the words
-        (:func:`ratio_words`: "a clear gain", "a loss", or within one timing's noise)."""
+        """Throughput of row ``name`` over the row measured before it, that row's name, and the words: with
+        interleaved timings, the rounds' verdict (:class:`bench.Comparison`: "a clear gain", "a loss", or
+        "within the spread of the interleaved rounds"); untimed, :func:`ratio_words` with ``margin``."""
         row = next((r for r in self.rows if r.name == name), None)
         if row is None or row.skipped is not None:
             raise ValueError(f"{name!r} is not a measured row of this table; rows: {[r.name for r in self.measured]}")
         before = self.previous_measured(row)
         if before is None:
             raise ValueError("the baseline has no row before it to compare with")
+        comparison = self.comparison(row, before)
+        if comparison is not None:
+            words = {"faster": "a clear gain", "slower": "a loss"}.get(comparison.verdict,
+                                                                        "within the spread of the interleaved rounds")
+            return comparison.speedup, before.name, words
         ratio = row.rate / before.rate
         return ratio, before.name, ratio_words(ratio, margin=margin, above="a clear gain", below="a loss",
                                                about="within the noise of one timing on a shared machine")
@@ -654,8 +772,12 @@ class AccelerationTable:
     def caption(self) -> str:
         seeds = len(self.baseline.runs)
         better = "higher" if self.higher_is_better else "lower"
+        timed = self.baseline.timing
+        clock = (f"trained once per seed; step times from {len(timed.times)} interleaved rounds of every row's step "
+                 "(medians), so time to quality = tokens to quality x seconds per token, and the speedup's middle "
+                 "half over the rounds follows it" if timed is not None else "times are medians of the runs' clocks")
         return (f"{self.task} on {self.device}: each row adds one acceleration to the rows above; {seeds} seed"
-                f"{'' if seeds == 1 else 's'} per row (times are medians). Quality: {self.quality_name} ({better} is "
+                f"{'' if seeds == 1 else 's'} per row, {clock}. Quality: {self.quality_name} ({better} is "
                 f"better), kept if within {self.tolerance:g} of the baseline's {self.baseline.quality:.3f}. Speedup = "
                 "the baseline's training time to that quality / the row's.")
 
@@ -694,9 +816,15 @@ def cumulative_settings(baseline: Setting, accelerations: Sequence[Acceleration]
 def run_case_study(task: Task, accelerations: Sequence[Acceleration], *, device: torch.device | str,
                    profile: DeviceProfile, baseline: Setting | None = None, seeds: Sequence[int] = (0,),
                    peak_flops: Callable[[Setting], float] | None = None, keep_models: bool = False,
-                   progress: bool = True, device_name: str | None = None) -> tuple[AccelerationTable, dict[str, nn.Module]]:
+                   progress: bool = True, device_name: str | None = None, timing_steps: int | None = 4,
+                   timing_seconds: float | None = None) -> tuple[AccelerationTable, dict[str, nn.Module]]:
     """Train ``task`` under the baseline and each cumulative acceleration, ``seeds`` times each, and return the
     table and (with ``keep_models``) the first seed's trained model of each row that ran, by row name.
+
+    Then every row that ran is timed beside the others (:func:`interleaved_row_timings`, ``timing_steps`` steps a
+    call, rounds capped by ``timing_seconds``): the table's rates and step times come from those rounds and its
+    times to quality from the runs' tokens to quality at those rates, so a machine whose load drifts between
+    rows (a minute apart) does not put the drift into the verdicts. ``timing_steps=None``: the runs' own clocks.
 
     ``peak_flops(setting)``: the device's peak for the row's format, for MFU (which :func:`bench.mfu` refuses
     above 100 %); None leaves MFU out. ``device_name``: how the table names the device."""
@@ -715,11 +843,15 @@ def run_case_study(task: Task, accelerations: Sequence[Acceleration], *, device:
             runs.append(run)
             if model is not None:
                 models[name] = model
-        mfu = None
-        if peak_flops is not None and task.flops is not None:
-            peak = peak_flops(setting)
-            mfu = statistics.median(bench.mfu(r.flops / r.steps, r.step_seconds, peak) for r in runs)
-        rows.append(Row(name, setting, tuple(runs), mfu=mfu))
+        rows.append(Row(name, setting, tuple(runs)))
+    measured = [r for r in rows if r.skipped is None]
+    if timing_steps is not None and len(measured) > 1:
+        timings = interleaved_row_timings(task, {r.name: r.setting for r in measured}, device, k=timing_steps,
+                                          seed=seeds[0], max_seconds=timing_seconds)
+        rows = [r if r.skipped is not None else dataclasses.replace(r, timing=timings[r.name]) for r in rows]
+    if peak_flops is not None and task.flops is not None:
+        rows = [r if r.skipped is not None else dataclasses.replace(r, mfu=statistics.median(
+            bench.mfu(run.flops / run.steps, r.step_seconds, peak_flops(r.setting)) for run in r.runs)) for r in rows]
     table = AccelerationTable(task=task.name, unit=task.unit, quality_name=task.quality_name,
                               higher_is_better=task.higher_is_better, tolerance=task.tolerance,
                               device=device_name or str(torch.device(device)), rows=tuple(rows))

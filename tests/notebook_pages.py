@@ -169,3 +169,23 @@ def hidden_solutions(cells) -> list:
     solutions = [c for c in cells if "solution" in c.get("metadata", {}).get("tags", [])]
     assert all("hide-cell" in c["metadata"]["tags"] for c in solutions)
     return solutions
+
+
+def assert_speed_words(words: str) -> None:
+    """The acceleration table's verdict words (``AccelerationTable.summary()['speed_words']``) agree with the
+    numbers printed in them: with the interleaved rounds' middle half, "sooner" only when the whole middle half
+    is above 1 (and "slower" below), as ``bench.Comparison`` rules; without it, ``ratio_words``' margin of 1.1.
+    Printed to two decimals, so either side of a boundary a value may have been rounded from is allowed."""
+    near = lambda v: (v - 0.005, v, v + 0.005)  # noqa: E731
+    m = re.search(r"(\d+\.\d+)x.*rounds: (\d+\.\d+)x-(\d+\.\d+)x", words)
+    if m:
+        value, low, high = (float(g) for g in m.groups())
+        assert low <= value + 0.01 and value <= high + 0.01, words  # the median lies in the middle half
+        rule = lambda v, lo, hi: ("sooner" if lo > 1 and v > 1.02 else  # noqa: E731
+                                  "slower" if hi < 1 and v < 1 / 1.02 else "about as long")
+        assert any(rule(v, lo, hi) in words for v in near(value) for lo in near(low) for hi in near(high)), words
+        return
+    m = re.search(r"(\d+\.\d+)x", words)
+    if m:
+        rule = lambda v: "sooner" if v >= 1.1 else "slower" if v <= 1 / 1.1 else "about as long"  # noqa: E731
+        assert any(rule(v) in words for v in near(float(m.group(1)))), words

@@ -198,6 +198,10 @@ def test_harness_end_to_end_keeps_models_reports_mfu_and_refuses_a_broken_step()
     assert records[2]["step_ms"] is None and records[0]["speedup"] == 1.0
     assert records[3]["refused_for_quality"] and not records[1]["refused_for_quality"]
     assert "range" in str(table)  # two seeds: the quality's range is shown
+    # every row that ran was timed in the same interleaved rounds; the rates are those rounds'
+    rounds = len(table.baseline.timing.times)
+    assert rounds >= 5 and all(len(r.timing.times) == rounds for r in table.measured)
+    assert records[1]["rate"] == pytest.approx(1 / table.rows[1].timing.median)
 
 
 def test_impossible_mfu_fails():
@@ -284,3 +288,60 @@ def test_fixing_row_picks_the_first_row_that_addresses_a_category():
     with pytest.raises(ValueError, match="unknown profile category"):
         cs.fixing_row("loss", rows, fixes)
     assert cs.fixing_row("loss", rows, fixes, strict=False) is None
+
+
+def _timed(row, seconds_per_token):
+    return dataclasses.replace(row, timing=cs.bench.Timing(tuple(seconds_per_token), warmup=1, number=1))
+
+
+def test_timed_rows_take_rates_and_times_to_quality_from_the_interleaved_rounds():
+    # tokens to quality come from the runs' curves; seconds per token from the rounds, not from the runs' clocks
+    base = _timed(cs.Row("baseline", cs.Setting(), (_run([(50, 4.0, 2.0), (100, 8.0, 1.00)], seconds=8.0),)),
+                  [0.02] * 5)
+    fast = _timed(cs.Row("+ fast", cs.Setting(), (_run([(50, 9.0, 1.9), (100, 99.0, 1.02)], seconds=99.0),)),
+                  [0.01] * 5)
+    noisy = _timed(cs.Row("+ noisy", cs.Setting(), (_run([(50, 1.0, 1.9), (100, 2.0, 1.02)], seconds=2.0),)),
+                   [0.02, 0.005, 0.02, 0.005, 0.008])
+    table = _table([base, fast, noisy])
+    tokens_base = 50 + 50 * (2.0 - 1.05) / (2.0 - 1.0)  # interpolated to the target 1.05
+    tokens_fast = 50 + 50 * (1.9 - 1.05) / (1.9 - 1.02)
+    assert base.rate == pytest.approx(50) and fast.rate == pytest.approx(100)  # 1 / seconds per token
+    assert base.step_seconds == pytest.approx(0.02 * 10)  # 100 tokens in 10 steps
+    assert table.time_to_quality(base) == pytest.approx(tokens_base * 0.02)
+    value = (tokens_base * 0.02) / (tokens_fast * 0.01)
+    assert table.speedup(fast) == pytest.approx(value)  # the run's own clock (99 s) is not used
+    assert table.speedup_range(fast) == pytest.approx((value, value))  # every round ran it twice as fast
+    assert table.verdict(fast) == f"{value:.2f}x ({value:.2f}-{value:.2f})"
+    assert table.gain("+ fast") == (pytest.approx(2.0), "baseline", "a clear gain")
+    # a median gap inside the rounds' spread earns no verdict, however large the median ratio
+    ratio, before, words = table.gain("+ noisy")
+    assert ratio > 1.15 and before == "+ fast" and words == "within the spread of the interleaved rounds"
+    summary = table.summary()
+    assert summary["final"] == "+ noisy" and "about as long" in summary["speed_words"]
+    assert "interleaved rounds" in table.caption() and table.records()[1]["timed_rounds"] == 5
+    with pytest.raises(ValueError, match="same rounds"):
+        odd = _timed(fast, [0.01] * 6)
+        _table([base, odd]).comparison(odd)
+
+
+def test_interleaved_row_timings_are_seconds_per_real_token_of_k_steps(monkeypatch):
+    calls = {}
+
+    def fake_interleaved(fns, **kwargs):
+        for name, fn in fns.items():  # one call each: the harness's k steps
+            fn()
+            calls[name] = calls.get(name, 0) + 1
+        return {name: cs.bench.Timing((2.0, 4.0, 3.0), warmup=1, number=1) for name in fns}
+
+    monkeypatch.setattr(cs.bench, "time_interleaved", fake_interleaved)
+    task = toy_task()
+    settings = {"baseline": cs.Setting(), "+ bigger batches": cs.Setting().with_options(batch=32)}
+    timings = cs.interleaved_row_timings(task, settings, "cpu", k=3)
+    tokens = {"baseline": 3 * 16 * 12, "+ bigger batches": 3 * 32 * 12}  # k batches of B rows, 12 targets each
+    assert calls == {"baseline": 1, "+ bigger batches": 1}
+    for name, timing in timings.items():
+        assert timing.times == pytest.approx(tuple(t / tokens[name] for t in (2.0, 4.0, 3.0)))
+    with pytest.raises(ValueError, match="at least two"):
+        cs.interleaved_row_timings(task, {"baseline": cs.Setting()}, "cpu")
+    with pytest.raises(ValueError, match="k must be"):
+        cs.interleaved_row_timings(task, settings, "cpu", k=0)

@@ -48,8 +48,7 @@ def test_verdict_words_agree_with_the_glued_values(cells):
     m = re.search(r"(\d+\.\d+)x", g["speed_words"])
     if m:
         value = float(m.group(1))  # printed to two decimals: either word of a boundary it may have been rounded to
-        rule = lambda v: "sooner" if v >= 1.1 else "slower" if v <= 1 / 1.1 else "about as long"  # ratio_words
-        assert any(rule(v) in g["speed_words"] for v in (value - 0.005, value, value + 0.005)), g["speed_words"]
+        pages.assert_speed_words(g["speed_words"])
         assert abs(float(g["upside_down"]) - 1 / value) < 0.02  # the seed's ratio is the inverse
     # the KV cache: time against FLOPs
     measured, flops = float(g["decode_speedup"].rstrip("x")), float(g["decode_flops_ratio"].rstrip("x"))
