@@ -343,9 +343,13 @@ class ElecData:
     context: int
     horizon: int
 
-    def windows(self, part: str) -> tuple[np.ndarray, np.ndarray]:
-        """(inputs (N, 2, context), demand targets (N, horizon)) of ``part``'s forecast times."""
-        t = self.times[part]
+    def n_windows(self, part: str) -> int:
+        return len(self.times[part])
+
+    def windows(self, part: str, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs (N, 2, context), demand targets (N, horizon)) of ``part``'s forecast times (all of them, or
+        those at positions ``starts``: the interface ``ltsf.train`` trains through)."""
+        t = self.times[part] if starts is None else self.times[part][np.asarray(starts)]
         x = np.stack([self.series[:, s - self.context:s] for s in t])
         y = np.stack([self.series[0, s:s + self.horizon] for s in t])
         return x, y
@@ -445,27 +449,34 @@ def elec_baselines(prepared: ElecData, lam: float = 1.0) -> dict[str, dict[str, 
     import time
 
     xtr, ytr = prepared.windows("train")
-    h = prepared.horizon
     parts = {part: prepared.windows(part) for part in ("val", "test")}
     out = {}
     for name in ELEC_BASELINES:
-        fit_s = None
-        if name == "persistence":
-            predict = lambda x: persistence(x, h)
-        elif name.startswith("seasonal naive"):
-            predict = lambda x: seasonal_naive(x, h)
-        else:
-            kind, covariate = name.split(",")[0].lower(), name.endswith("with temperature")
-            started = time.perf_counter()
-            fitted = LinearForecaster.fit(xtr, ytr, kind, covariate=covariate, lam=lam)
-            fit_s = time.perf_counter() - started
-            predict = fitted.predict
+        started = time.perf_counter()
+        predict = elec_baseline(prepared, name, lam=lam, train=(xtr, ytr))
+        fit_s = None if name == "persistence" or name.startswith("seasonal naive") else time.perf_counter() - started
         pv, pt = predict(parts["val"][0]), predict(parts["test"][0])
         out[name] = {"val MSE": mse(pv, parts["val"][1]), "MSE": mse(pt, parts["test"][1]),
                      "MAE": mae(pt, parts["test"][1])}
         if fit_s is not None:
             out[name]["fit_s"] = fit_s
     return out
+
+
+def elec_baseline(prepared: ElecData, name: str, lam: float = 1.0,
+                  train: tuple[np.ndarray, np.ndarray] | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """The forecast function of the baseline ``name`` (one of :data:`ELEC_BASELINES`): x (N, C, L) -> (N, horizon);
+    the linear ones fitted in closed form on the training windows (``train``, if already built)."""
+    if name not in ELEC_BASELINES:
+        raise ValueError(f"unknown baseline {name!r}; choose one of {ELEC_BASELINES}")
+    h = prepared.horizon
+    if name == "persistence":
+        return lambda x: persistence(x, h)
+    if name.startswith("seasonal naive"):
+        return lambda x: seasonal_naive(x, h)
+    xtr, ytr = prepared.windows("train") if train is None else train
+    kind, covariate = name.split(",")[0].lower(), name.endswith("with temperature")
+    return LinearForecaster.fit(xtr, ytr, kind, covariate=covariate, lam=lam).predict
 
 
 def best_on_validation(scores: dict[str, dict[str, float]], names: Sequence[str] | None = None) -> str:

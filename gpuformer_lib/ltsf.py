@@ -249,11 +249,14 @@ class ChannelPatchTST(nn.Module):
 
 @torch.no_grad()
 def predict(model: nn.Module, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
-    """``model``'s forecasts of the windows ``x`` (N, C, L), in evaluation mode, as float64 (N, C, H)."""
+    """``model``'s forecasts of the windows ``x`` (N, C, L), in evaluation mode, as float64 (N, C, H) (or what
+    shape the model forecasts), computed on the device of the model's parameters."""
     was = model.training
     model.eval()
+    device = next(model.parameters()).device
     try:
-        out = [model(torch.as_tensor(x[i:i + batch_size])).double().numpy() for i in range(0, len(x), batch_size)]
+        out = [model(torch.as_tensor(x[i:i + batch_size], device=device)).double().cpu().numpy()
+               for i in range(0, len(x), batch_size)]
     finally:
         model.train(was)
     if not out:
@@ -263,10 +266,11 @@ def predict(model: nn.Module, x: np.ndarray, batch_size: int = 512) -> np.ndarra
 
 def window_errors(model: nn.Module, split_: Split, part: str) -> tuple[np.ndarray, np.ndarray]:
     """Squared and absolute error of every window of ``part``, each averaged over channels and horizon: (N,),
-    (N,), in window order (what :func:`block_bootstrap` resamples)."""
+    (N,), in window order (what :func:`block_bootstrap` resamples). ``split_``: a :class:`Split`, or any data
+    with ``windows(part)`` (chapter 15's ``forecasting.ElecData``)."""
     x, y = split_.windows(part)
-    err = predict(model, x) - y
-    return (err ** 2).mean((1, 2)), np.abs(err).mean((1, 2))
+    err = (predict(model, x) - y).reshape(len(y), -1)
+    return (err ** 2).mean(1), np.abs(err).mean(1)
 
 
 def evaluate(model: nn.Module, split_: Split, part: str = "test") -> dict[str, float]:
@@ -305,7 +309,10 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
     or ``'onecycle'`` (a one-cycle schedule over all planned steps, 30 % warm-up: PatchTST's code offers it as
     ``--lradj TST``; its ETTh1 script runs the default ``type3``, 100 epochs). ``max_steps_per_epoch`` shrinks a
     run for tests and CI; ``val_windows`` validates on that many evenly spaced validation windows instead of all
-    (early stopping only: :func:`evaluate` scores every window)."""
+    (early stopping only: :func:`evaluate` scores every window).
+
+    ``split_`` is a :class:`Split` or any data with ``n_windows(part)`` and ``windows(part, starts)`` (chapter
+    15's own ``forecasting.ElecData``); the batches go to the device of the model's parameters."""
     from tqdm.auto import tqdm
 
     if epochs < 1 or batch_size < 1 or patience < 1 or lr <= 0:
@@ -321,6 +328,7 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
                             np.linspace(0, split_.n_windows("val") - 1, val_windows).round().astype(int))
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    device = next(model.parameters()).device
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = (torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=epochs * per_epoch, pct_start=0.3)
              if schedule == "onecycle" else None)
@@ -334,7 +342,7 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
         order = rng.permutation(n)
         for i in range(per_epoch):
             x, y = split_.windows("train", order[i * batch_size:(i + 1) * batch_size])
-            loss = F.mse_loss(model(torch.as_tensor(x)), torch.as_tensor(y))
+            loss = F.mse_loss(model(torch.as_tensor(x, device=device)), torch.as_tensor(y, device=device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -340,3 +340,34 @@ def test_gpu_step_verdict_names_the_prediction_or_why_there_is_none():
     assert "not in the course's datasheet table" in fc.gpu_step_verdict(config, 64, "Radeon 7900", 0.004)
     with pytest.raises(ValueError, match="measured_s"):
         fc.gpu_step_verdict(config, 64, "T4", 0.0)
+
+
+def test_each_baseline_forecast_is_the_one_elec_baselines_scores():
+    e = _weekly_elec()
+    scores = fc.elec_baselines(e)
+    x, y = e.windows("test")
+    for name in fc.ELEC_BASELINES:
+        assert fc.mse(fc.elec_baseline(e, name)(x), y) == pytest.approx(scores[name]["MSE"])
+    with pytest.raises(ValueError, match="unknown baseline"):
+        fc.elec_baseline(e, "NLinear")
+
+
+def test_patchtst_trains_to_convergence_on_the_elec_windows_with_ltsf_train():
+    from gpuformer_lib import ltsf
+
+    e = _toy_elec()
+    x, y = e.windows("val", np.array([2, 0]))  # windows picked by position, as ltsf.train asks for them
+    full_x, full_y = e.windows("val")
+    np.testing.assert_array_equal(x, full_x[[2, 0]])
+    np.testing.assert_array_equal(y, full_y[[2, 0]])
+    assert e.n_windows("val") == len(full_x)
+    config = fc.PatchConfig(context=96, horizon=12, patch_len=24, stride=24, d_model=8, n_heads=2, n_layers=1,
+                            d_ff=16, dropout=0.0)
+    torch.manual_seed(0)
+    model = fc.PatchTST(config)
+    before = ltsf.window_errors(model, e, "val")[0].mean()
+    trained = ltsf.train(model, e, epochs=4, batch_size=16, lr=3e-3, patience=2, seed=0, progress=False)
+    se, ae = ltsf.window_errors(trained.model, e, "test")
+    assert se.shape == ae.shape == (e.n_windows("test"),)  # one error per window: what the bootstrap resamples
+    assert min(trained.val_mse) == trained.val_mse[trained.best_epoch] < before  # it learned; the best epoch kept
+    assert ltsf.evaluate(trained.model, e, "val")["MSE"] == pytest.approx(min(trained.val_mse), rel=1e-5)
