@@ -9,8 +9,7 @@ their imports, at any depth):
    ``device_checks``, ``device_measurements``, ``rank_ends``, ``distributed``.
 2. Sources and results: ``published_figures``, ``published``, ``gpu_results``.
 3. The Transformer and its data: ``attention``, ``layers``, ``rope``, ``model``, ``model_sizes``,
-   ``losses``, ``clipping``, ``checkpoint``, ``fp8``, ``speed``, ``data``, ``packing``, ``generate``,
-   ``retrieval``.
+   ``losses``, ``clipping``, ``checkpoint``, ``fp8``, ``speed``, ``data``, ``packing``, ``generate``.
 4. Predictions and views: ``predict`` (the one home of every predicted GPU time: the step-time predictor
    itself, and beside it in the package the roofline with a GPU's datasheet roofs, predict.roofline, and the
    costs built from the predictor's pieces, predict.layer_cost, predict.optimizer_cost,
@@ -20,8 +19,8 @@ their imports, at any depth):
    ``seq2seq_decoding``, ``mixed_precision``.
 6. Training and parallelism: ``train``, ``lr_search``, ``ladder``, ``prefetch``, ``context_parallel``,
    ``sequence_parallel``, ``pipeline_orders``, ``pipeline_schedules``, ``expert_parallel``.
-7. Case studies and after training: ``case_study``, ``translation_task``, ``proteins``, ``forecasting``,
-   ``ltsf``, ``toolchain``, ``deploy``, ``compression``.
+7. Case studies and after training: ``case_study``, ``translation_task``, ``retrieval`` (chapter 13's
+   baseline and its scores), ``proteins``, ``forecasting``, ``ltsf``, ``toolchain``, ``deploy``, ``compression``.
 8. The course's machinery: ``viz``, ``diagrams``, ``book_run``, ``exercises``, ``gpu_suite``, ``tools``,
    ``workers``.
 

@@ -210,44 +210,77 @@ class ProteinSplit:
     tunes what the test set reports)."""
 
 
-def kmer_filtered_split(sequences: Sequence[str], *, fractions=(0.9, 0.05, 0.05), k: int = 8, max_shared: float = 0.5,
-                        seed: int = 0) -> ProteinSplit:
-    """Random split of encoded ``sequences``; a validation or test sequence sharing more than ``max_shared`` of
-    its ``k``-mers with training is moved to training (after that, none is near a training sequence by
-    this measure); then a test sequence sharing more than ``max_shared`` with validation is moved to
-    validation (``test_to_val``). An 8-mer of 21 letters is very unlikely to recur by chance (21^8 ~ 4e10), so a
-    shared share near 1 means a copy or a close homologue."""
+@dataclasses.dataclass(frozen=True)
+class FilteredIndices:
+    """A homology-filtered split as indices into the sequences (:func:`kmer_filtered_indices`)."""
+
+    train: list[int]
+    val: list[int]
+    test: list[int]
+    moved: int
+    """Held-out sequences moved to training because they shared too many k-mers with it."""
+    held_out_before: int
+    test_to_val: int
+    """Test sequences moved to validation because they shared too many k-mers with training and validation."""
+
+
+def kmer_filtered_indices(encoded: Sequence[np.ndarray], *, fractions=(0.9, 0.05, 0.05), k: int = 8,
+                          max_shared: float = 0.5, seed: int = 0) -> FilteredIndices:
+    """Random split of the encoded sequences (``fractions`` train, validation, test); a validation or test
+    sequence sharing more than ``max_shared`` of its ``k``-mers with training is moved to training (after
+    that, none is near a training sequence by this measure); then a test sequence sharing more than
+    ``max_shared`` with training and validation together is moved to validation. An 8-mer of 21 letters is very unlikely to recur by
+    chance (21^8 ~ 4e10), so a shared share near 1 means a copy or a close homologue; short sequences
+    (peptides) use a shorter k. A sequence shorter than k has no k-mers and is never moved."""
     if not 0 <= max_shared < 1 or k < 2:
         raise ValueError(f"need 0 <= max_shared < 1 and k >= 2, got {max_shared} and {k}")
-    encoded = [encode(s) for s in sequences]
+    if len(fractions) != 3 or min(fractions) < 0 or abs(sum(fractions) - 1) > 1e-9:
+        raise ValueError(f"fractions are three shares summing to 1, got {fractions}")
     order = list(range(len(encoded)))
     random.Random(seed).shuffle(order)
     n_val, n_test = round(fractions[1] * len(order)), round(fractions[2] * len(order))
     val_i, test_i, train_i = order[:n_val], order[n_val:n_val + n_test], order[n_val + n_test:]
-    train = [encoded[i] for i in train_i]
     held = val_i + test_i
     codes, owner = _all_kmer_codes([encoded[i] for i in held], k)
-    hit = _query_hits(train, codes, k)
+    hit = _query_hits([encoded[i] for i in train_i], codes, k)
     near: set[int] = set()
-    while True:  # a moved protein's relatives among the held-out ones now have a relative in training too
+    while True:  # a moved sequence's relatives among the held-out ones now have a relative in training too
         share = _shares(hit, owner, len(held))
         new = [j for j in range(len(held)) if share[j] > max_shared and held[j] not in near]
         if not new:
             break
         near.update(held[j] for j in new)
         hit |= _query_hits([encoded[held[j]] for j in new], codes, k)
-    train += [encoded[i] for i in held if i in near]
-    val = [encoded[i] for i in val_i if i not in near]
-    test = [encoded[i] for i in test_i if i not in near]
+    train = train_i + [i for i in held if i in near]
+    val = [i for i in val_i if i not in near]
+    test = [i for i in test_i if i not in near]
+    # then test against training and validation together (a test sequence can share a little with each and
+    # too much with both): a moved one joins validation, so repeat until none moves
+    codes, owner = _all_kmer_codes([encoded[i] for i in test], k) if test else (np.zeros(0, np.int64), np.zeros(0, int))
+    from_train = _query_hits([encoded[i] for i in train], codes, k)
+    alive = np.ones(len(test), dtype=bool)
     to_val = 0
-    while test and val:  # then test against validation: a moved one joins validation, so repeat
-        close = shared_kmer_share(val, test, k) > max_shared
+    while alive.any() and val:
+        hit = from_train | _query_hits([encoded[i] for i in val], codes, k)
+        close = (_shares(hit, owner, len(test)) > max_shared) & alive
         if not close.any():
             break
-        val += [t for t, c in zip(test, close) if c]
-        test = [t for t, c in zip(test, close) if not c]
+        val += [test[j] for j in np.flatnonzero(close)]
+        alive &= ~close
         to_val += int(close.sum())
-    return ProteinSplit(train, val, test, len(near), len(held), k, max_shared, to_val)
+    test = [t for t, a in zip(test, alive) if a]
+    return FilteredIndices(train, val, test, len(near), len(held), to_val)
+
+
+def kmer_filtered_split(sequences: Sequence[str], *, fractions=(0.9, 0.05, 0.05), k: int = 8, max_shared: float = 0.5,
+                        seed: int = 0) -> ProteinSplit:
+    """The proteins split by :func:`kmer_filtered_indices` (held-out proteins with a relative in training moved
+    to training, test proteins with one in validation moved to validation), as encoded sequences."""
+    encoded = [encode(s) for s in sequences]
+    idx = kmer_filtered_indices(encoded, fractions=fractions, k=k, max_shared=max_shared, seed=seed)
+    pick = lambda ids: [encoded[i] for i in ids]  # noqa: E731
+    return ProteinSplit(pick(idx.train), pick(idx.val), pick(idx.test), idx.moved, idx.held_out_before, k, max_shared,
+                        idx.test_to_val)
 
 
 # --------------------------------------------------------------------------- n-gram baselines
@@ -355,6 +388,28 @@ def auc(labels: Sequence[int], scores: Sequence[float]) -> float:
         ranks[order[i:j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return float((ranks[labels == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def auc_difference(labels: Sequence[int], scores: Sequence[float], other: Sequence[float], *, draws: int = 1000,
+                   level: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """AUC of ``scores`` minus AUC of ``other`` on the same examples, and a paired bootstrap interval on it
+    (examples resampled with replacement, both scorers on the same draw; a draw holding one class only is
+    drawn again): (difference, low, high). An interval above 0 says ``scores`` separates the classes better
+    on this test set; one that holds 0 says the test set cannot tell them apart."""
+    y, a, b = np.asarray(labels), np.asarray(scores, dtype=np.float64), np.asarray(other, dtype=np.float64)
+    if not (len(y) == len(a) == len(b)) or len(set(y.tolist())) != 2:
+        raise ValueError("need labels of two classes and two score arrays of the same length")
+    if draws < 100 or not 0 < level < 1:
+        raise ValueError(f"need draws >= 100 and 0 < level < 1, got {draws}, {level}")
+    rng = np.random.default_rng(seed)
+    diffs = []
+    while len(diffs) < draws:
+        i = rng.integers(0, len(y), len(y))
+        if y[i].min() == y[i].max():
+            continue
+        diffs.append(auc(y[i], a[i]) - auc(y[i], b[i]))
+    tail = (1 - level) / 2
+    return auc(y, a) - auc(y, b), float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1 - tail))
 
 
 def mcc(labels: Sequence[int], predicted: Sequence[int]) -> float:

@@ -129,6 +129,52 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str]) -> 
     return {"BLEU": bleu(hypotheses, references, tokenize="zh"), "chrF": chrf(hypotheses, references)}
 
 
+def bootstrap_scores(systems: dict[str, Sequence[str]], references: Sequence[str], *, baseline: str | None = None,
+                     draws: int = 1000, level: float = 0.95, seed: int = 0) -> dict[tuple[str, str], "Interval"]:
+    """Corpus BLEU and chrF of each system in ``systems`` (name -> one hypothesis per reference), each with a
+    bootstrap interval: the test sentences resampled with replacement ``draws`` times, every system scored on
+    the same draw (sacrebleu's per-sentence statistics summed over the draw, so a draw costs a sum, not a
+    re-tokenisation). With ``baseline``, also each other system's score minus the baseline's, paired on the same
+    draws: an interval that leaves out 0 says which system wins on this test set.
+
+    Returns ``{(name, metric): Interval}`` for metric "BLEU" and "chrF", and ``{(f"{name} - {baseline}",
+    metric): Interval}`` for the differences (``ltsf.Interval``: value, low, high, level)."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU, CHRF
+
+    from gpuformer_lib.ltsf import Interval
+
+    n = len(references)
+    if n < 2 or any(len(h) != n for h in systems.values()):
+        raise ValueError(f"every system needs one hypothesis per reference ({n}), and at least 2 sentences")
+    if baseline is not None and baseline not in systems:
+        raise ValueError(f"baseline {baseline!r} is not one of the systems {list(systems)}")
+    if draws < 100 or not 0 < level < 1:
+        raise ValueError(f"need draws >= 100 and 0 < level < 1, got {draws}, {level}")
+    metrics = {"BLEU": BLEU(tokenize="zh"), "chrF": CHRF()}
+    rng = np.random.default_rng(seed)
+    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(draws)])  # (draws, n)
+    tail = (1 - level) / 2
+    out: dict[tuple[str, str], Interval] = {}
+    for metric, scorer in metrics.items():
+        per_draw, whole = {}, {}
+        for name, hyps in systems.items():
+            stats = np.asarray(scorer._extract_corpus_statistics(list(hyps), [list(references)]), dtype=np.float64)
+            whole[name] = scorer._compute_score_from_stats(list(stats.sum(0))).score
+            summed = counts @ stats  # (draws, statistics): each draw's corpus statistics
+            per_draw[name] = np.array([scorer._compute_score_from_stats(list(row)).score for row in summed])
+        for name in systems:
+            values = per_draw[name]
+            out[(name, metric)] = Interval(float(whole[name]), float(np.quantile(values, tail)),
+                                           float(np.quantile(values, 1 - tail)), level)
+            if baseline is not None and name != baseline:
+                diff = values - per_draw[baseline]
+                out[(f"{name} - {baseline}", metric)] = Interval(
+                    float(whole[name] - whole[baseline]), float(np.quantile(diff, tail)),
+                    float(np.quantile(diff, 1 - tail)), level)
+    return out
+
+
 def winner_words(system: dict[str, float], baseline: dict[str, float], name: str = "the translator",
                  baseline_name: str = "the retrieval baseline") -> str:
     """A plain sentence, chosen from the scores, saying which system wins on each metric."""

@@ -120,3 +120,30 @@ def test_token_budget_rows_take_about_as_many_steps_and_the_bleu_words_follow_th
         ratio = float(speedup.group(1)) / float(g["rate_ratio"].rstrip("x"))
         word = "more than" if ratio >= 1.1 else "less than" if ratio <= 1 / 1.1 else "about the same as"
         assert g["ttq_words"].startswith(word), (g["ttq_words"], g["rate_ratio"])
+
+
+def test_the_translator_trained_longer_is_judged_against_retrieval_with_intervals(cells):
+    from gpuformer_lib import book_run
+
+    g = pages.glued(cells)
+    out = _outputs(cells)
+    rows = dict((name.strip(), (float(b), float(bl), float(bh), float(c), float(cl), float(ch))) for name, b, bl, bh, c, cl, ch
+                in re.findall(r"^(.+?)\s+BLEU\s+([\d.]+) \(\s*([\d.]+)-\s*([\d.]+)\)  chrF\s+([\d.]+) \(\s*([\d.]+)-\s*"
+                              r"([\d.]+)\)$", out, re.M))
+    longer = [n for n in rows if n.startswith("trained longer, seed") and n.endswith("greedy")]
+    assert len(longer) == int(g["long_seeds"]) >= 2 and "retrieval baseline" in rows, rows
+    for name, (b, bl, bh, c, cl, ch) in rows.items():
+        assert bl <= b <= bh and cl <= c <= ch, (name, rows[name])  # each score inside its own interval
+    for metric, key in (("chrF", "chrf_words"), ("BLEU", "bleu_words")):
+        spans = [(float(a), float(b)) for a, b in re.findall(r"([+-][\d.]+) to ([+-][\d.]+)", g[key])]
+        assert len(spans) == len(longer), g[key]
+        above, below = sum(lo > 0 for lo, _ in spans), sum(hi < 0 for _, hi in spans)
+        expected = ("every seed beats retrieval" if above == len(spans) else
+                    "retrieval beats every seed" if below == len(spans) else
+                    f"{above} of {len(spans)} seeds beat retrieval and {below} lose to it")
+        assert g[key].startswith(expected) and metric in g[key], g[key]
+    size, _ = book_run.read_stamp(out)
+    if size == "book":  # the bar: at the book size every seed's chrF is at least retrieval's
+        retrieval_chrf = rows["retrieval baseline"][3]
+        assert len(longer) >= 3 and all(rows[n][3] >= retrieval_chrf for n in longer), (rows, retrieval_chrf)
+        assert int(g["spread_n"]) >= 3  # the tolerance's yardstick: at least three seeds

@@ -328,3 +328,48 @@ def test_memory_grows_with_the_crop():
     plan = P.CasePlan(64, 2, 4, 128, 8, 1, (0,), 0.1, 1, 1, None, 1)
     sizes = [P.lm_memory_gib(plan, crop, 8, autocast=True) for crop in (128, 256, 512)]
     assert sizes[0] < sizes[1] < sizes[2]
+
+
+def test_kmer_filtered_indices_partition_the_sequences_and_match_the_split():
+    rng = np.random.default_rng(1)
+    base = ["".join(rng.choice(list(P.AMINO_ACIDS), 30)) for _ in range(40)]
+    seqs = base + [s[:25] + "W" for s in base[:20]] + ["KK"]  # near copies, and one shorter than k
+    encoded = [P.encode(s) for s in seqs]
+    idx = P.kmer_filtered_indices(encoded, fractions=(0.6, 0.2, 0.2), k=5, max_shared=0.5, seed=3)
+    assert sorted(idx.train + idx.val + idx.test) == list(range(len(seqs)))  # a partition, nothing lost
+    pick = lambda ids: [encoded[i] for i in ids]  # noqa: E731
+    assert P.shared_kmer_share(pick(idx.train), pick(idx.test), 5).max(initial=0) <= 0.5
+    assert P.shared_kmer_share(pick(idx.val), pick(idx.test), 5).max(initial=0) <= 0.5
+    # a test sequence that shares a little with training and a little with validation, too much with both
+    assert P.shared_kmer_share(pick(idx.train + idx.val), pick(idx.test), 5).max(initial=0) <= 0.5
+    assert idx.moved > 0 and idx.held_out_before == 24
+    # composites: the first half of one sequence and the second half of the next share 6 of their 16 5-mers
+    # with each parent, 12 with both; with one parent in training and the other in validation only the union
+    # shows it
+    rng = np.random.default_rng(7)
+    parents = ["".join(rng.choice(list(P.AMINO_ACIDS), 20)) for _ in range(60)]
+    pool = [P.encode(s) for s in parents + [a[:10] + b[10:] for a, b in zip(parents, parents[1:])]]
+    for seed in range(5):
+        mixed = P.kmer_filtered_indices(pool, fractions=(0.4, 0.3, 0.3), k=5, max_shared=0.5, seed=seed)
+        seen = [pool[i] for i in mixed.train + mixed.val]
+        assert P.shared_kmer_share(seen, [pool[i] for i in mixed.test], 5).max(initial=0) <= 0.5
+    sp = P.kmer_filtered_split(seqs, fractions=(0.6, 0.2, 0.2), k=5, max_shared=0.5, seed=3)
+    for part, ids in ((sp.train, idx.train), (sp.val, idx.val), (sp.test, idx.test)):
+        assert len(part) == len(ids) and all(np.array_equal(a, encoded[i]) for a, i in zip(part, ids))
+    with pytest.raises(ValueError, match="three shares"):
+        P.kmer_filtered_indices(encoded, fractions=(0.5, 0.2, 0.2))
+
+
+def test_auc_difference_interval_holds_zero_for_equal_scorers_and_not_for_a_better_one():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 300)
+    noise = rng.normal(size=300)
+    good = y + 0.5 * rng.normal(size=300)
+    diff, low, high = P.auc_difference(y, noise, noise)
+    assert diff == 0 and low == 0 and high == 0
+    diff, low, high = P.auc_difference(y, good, noise)
+    assert diff == pytest.approx(P.auc(y, good) - P.auc(y, noise)) and 0 < low < diff < high
+    diff, low, high = P.auc_difference(y, noise, good)
+    assert high < 0  # the other way round
+    with pytest.raises(ValueError, match="two classes"):
+        P.auc_difference(np.ones(10), noise[:10], noise[:10])

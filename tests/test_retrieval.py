@@ -65,3 +65,29 @@ def test_scores_and_the_winner_sentence():
     said = winner_words({"BLEU": 30.0, "chrF": 20.0}, {"BLEU": 28.0, "chrF": 25.0})
     assert said.startswith("Neither system wins")
     assert "a tie" in winner_words({"BLEU": 28.2, "chrF": 40.0}, {"BLEU": 28.0, "chrF": 25.0})
+
+
+def test_bootstrap_scores_match_the_corpus_scores_and_pair_the_systems():
+    import random
+
+    from gpuformer_lib.retrieval import bootstrap_scores
+
+    rng = random.Random(0)
+    chars = "我你他她是在有不的了人大小猫狗喜欢吃饭水"
+    refs = ["".join(rng.choice(chars) for _ in range(rng.randint(4, 9))) + "。" for _ in range(120)]
+    good = [r if i % 4 else r[:-2] + "。" for i, r in enumerate(refs)]  # mostly right
+    bad = ["".join(rng.choice(chars) for _ in range(6)) + "。" for _ in refs]  # unrelated
+    out = bootstrap_scores({"good": good, "bad": bad, "same": bad}, refs, baseline="bad", draws=300)
+    for name, hyps in (("good", good), ("bad", bad)):
+        whole = translation_scores(hyps, refs)
+        for metric in ("BLEU", "chrF"):
+            iv = out[(name, metric)]
+            assert iv.value == pytest.approx(whole[metric]) and iv.low <= iv.value <= iv.high, (name, metric, iv)
+    for metric in ("BLEU", "chrF"):
+        assert out[("good - bad", metric)].low > 0  # paired: a clear winner
+        same = out[("same - bad", metric)]
+        assert same.value == same.low == same.high == 0  # the same hypotheses tie on every draw
+    with pytest.raises(ValueError, match="one hypothesis per reference"):
+        bootstrap_scores({"a": good[:-1]}, refs)
+    with pytest.raises(ValueError, match="not one of the systems"):
+        bootstrap_scores({"a": good}, refs, baseline="b")
