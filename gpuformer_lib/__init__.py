@@ -5,8 +5,8 @@ only from its own part and the parts below it (the ones above may import it), no
 tests, and no two modules import each other (``tests/test_layout.py`` checks this map against the files and
 their imports, at any depth):
 
-1. Hardware and timing: ``_checks``, ``rng``, ``hardware``, ``profiles``, ``device``, ``gpu``, ``bench``,
-   ``device_checks``, ``device_measurements``, ``rank_ends``, ``distributed``.
+1. Hardware, timing and intervals: ``_checks``, ``rng``, ``hardware``, ``profiles``, ``device``, ``gpu``,
+   ``bench``, ``intervals``, ``device_checks``, ``device_measurements``, ``rank_ends``, ``distributed``.
 2. Sources and results: ``published_figures``, ``published``, ``gpu_results``.
 3. The Transformer and its data: ``attention``, ``layers``, ``rope``, ``model``, ``model_sizes``,
    ``losses``, ``clipping``, ``checkpoint``, ``fp8``, ``speed``, ``data``, ``packing``, ``generate``.

@@ -326,29 +326,16 @@ def row_step(task: Task, setting: Setting, device: torch.device | str, seed: int
 
 
 def interleaved_rates(task: Task, before: Setting, after: Setting, device: torch.device | str, *, steps: int = 6,
-                      seed: int = 0) -> tuple[float, float]:
-    """Real tokens (``task.count``) per second of the training step under ``before`` and under ``after``: each
-    setting's model, optimizer and step built as the table's row builds them (:func:`row_step`), trained
-    ``steps`` steps each on its own epoch-0 batches, interleaved (before, after, before, ...) after one untimed
-    warm-up step each, so that a machine whose load drifts slows both alike. The table's rows run a minute
-    apart; this measurement runs both within a second of each other."""
+                      seed: int = 0, repeats: int = 5) -> tuple[float, float]:
+    """Real tokens (``task.count``) per second of the training step under ``before`` and under ``after``: the
+    two timed by :func:`interleaved_row_timings` (``steps`` steps a call, ``repeats`` interleaved rounds, at
+    least 5, after a warm-up call each), each rate the median round's. The table's rows run a minute apart; this measurement
+    runs both within a second of each other."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    device = torch.device(device)
-    runs = [(row_step(task, setting, device, seed), iter(task.batches(setting, seed, 0))) for setting in (before, after)]
-    tokens, seconds = [0, 0], [0.0, 0.0]
-    for i in range(steps + 1):
-        for k, (row, stream) in enumerate(runs):
-            batch = next(stream)
-            on_device = batch.to(device) if hasattr(batch, "to") else batch
-            bench.synchronize(device)
-            started = time.perf_counter()
-            row.step([on_device])
-            bench.synchronize(device)
-            if i > 0:  # the first step of each is a warm-up
-                seconds[k] += time.perf_counter() - started
-                tokens[k] += task.count(batch)
-    return tokens[0] / seconds[0], tokens[1] / seconds[1]
+    timings = interleaved_row_timings(task, {"before": before, "after": after}, device, k=steps, seed=seed,
+                                      repeats=repeats, max_repeats=repeats)
+    return 1 / timings["before"].median, 1 / timings["after"].median
 
 
 def interleaved_row_timings(task: Task, settings: Mapping[str, Setting], device: torch.device | str, *, k: int = 4,
@@ -827,28 +814,38 @@ def run_case_study(task: Task, accelerations: Sequence[Acceleration], *, device:
     rows (a minute apart) does not put the drift into the verdicts. ``timing_steps=None``: the runs' own clocks.
 
     ``peak_flops(setting)``: the device's peak for the row's format, for MFU (which :func:`bench.mfu` refuses
-    above 100 %); None leaves MFU out. ``device_name``: how the table names the device."""
+    above 100 %); None leaves MFU out. ``device_name``: how the table names the device. ``progress``: one bar
+    over the table's training runs (rows x seeds), naming the row and seed it trains, then the timing."""
     if not seeds:
         raise ValueError("need at least one seed")
+    from tqdm.auto import tqdm
+
     rows: list[Row] = []
     models: dict[str, nn.Module] = {}
-    for name, setting, reason in cumulative_settings(baseline or Setting(), accelerations, profile, device):
+    planned = cumulative_settings(baseline or Setting(), accelerations, profile, device)
+    bar = tqdm(total=sum(reason is None for _, _, reason in planned) * len(seeds), disable=not progress,
+               desc=f"{task.name}: training runs", unit="run")
+    for name, setting, reason in planned:
         if reason is not None:
             rows.append(Row(name, setting, skipped=reason))
             continue
         runs = []
         for seed in seeds:
-            run, model = train_run(task, setting, device, profile, seed, keep_model=keep_models and not runs,
-                                   progress=progress)
+            bar.set_postfix_str(f"{name}, seed {seed}")
+            run, model = train_run(task, setting, device, profile, seed, keep_model=keep_models and not runs)
+            bar.update()
             runs.append(run)
             if model is not None:
                 models[name] = model
         rows.append(Row(name, setting, tuple(runs)))
     measured = [r for r in rows if r.skipped is None]
     if timing_steps is not None and len(measured) > 1:
+        bar.set_postfix_str(f"timing the {len(measured)} rows interleaved")
         timings = interleaved_row_timings(task, {r.name: r.setting for r in measured}, device, k=timing_steps,
                                           seed=seeds[0], max_seconds=timing_seconds)
         rows = [r if r.skipped is not None else dataclasses.replace(r, timing=timings[r.name]) for r in rows]
+    bar.set_postfix_str("done")
+    bar.close()
     if peak_flops is not None and task.flops is not None:
         rows = [r if r.skipped is not None else dataclasses.replace(r, mfu=statistics.median(
             bench.mfu(run.flops / run.steps, r.step_seconds, peak_flops(r.setting)) for run in r.runs)) for r in rows]

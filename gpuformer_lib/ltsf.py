@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gpuformer_lib.forecasting import PatchConfig, patchify
+from gpuformer_lib.intervals import Interval
 from gpuformer_lib.layers import EncoderLayer
 
 HOURS_PER_MONTH = 30 * 24
@@ -184,64 +186,50 @@ def least_squares_nlinear(split_: Split, ridge: float = 1e-6) -> NLinear:
     return model
 
 
-@dataclasses.dataclass(frozen=True)
-class PatchSizes:
-    """PatchTST's sizes for ETTh1 (the paper's scripts use a small model on this small data set)."""
-
-    context: int = CONTEXT
-    horizon: int = HORIZON
-    patch_len: int = 16
-    stride: int = 8
-    d_model: int = 16
-    n_heads: int = 4
-    n_layers: int = 3
-    d_ff: int = 128
-    dropout: float = 0.3
-    head_dropout: float = 0.0
-
-    @property
-    def n_patches(self) -> int:
-        """Patches a channel's look-back becomes, the end padded by ``stride`` repeats of the last value."""
-        return (self.context - self.patch_len) // self.stride + 2
+ETTH1_PATCHTST = PatchConfig(context=CONTEXT, horizon=HORIZON, channels=len(CHANNELS), patch_len=16, stride=8,
+                             d_model=16, n_heads=4, n_layers=3, d_ff=128, dropout=0.3)
+"""PatchTST's sizes for ETTh1 (the paper's scripts use a small model on this small data set): chapter 15's
+:class:`~gpuformer_lib.forecasting.PatchConfig`, whose ``channels`` here are the benchmark's seven."""
 
 
 class ChannelPatchTST(nn.Module):
     """PatchTST (Nie et al. 2023) for a multivariate benchmark: each channel of each window normalised by its
-    own mean and standard deviation (RevIN without affine parameters), cut into patches, encoded alone by the
-    shared Transformer encoder (channel independence), and its representation flattened into a linear head
-    to the channel's own horizon, mapped back to the channel's scale. x (B, C, L) -> (B, C, H).
+    own mean and standard deviation (RevIN without affine parameters), cut into patches
+    (:func:`~gpuformer_lib.forecasting.patchify`, with its padding patch), encoded alone by the shared
+    Transformer encoder (channel independence), and its representation flattened into a linear head to the
+    channel's own horizon, mapped back to the channel's scale. x (B, C, L) -> (B, C, H).
 
-    The course's encoder layer is pre-norm with LayerNorm; the paper's is post-norm with BatchNorm and adds the
-    previous layer's attention scores to the next (residual attention). The page measures what that costs
-    against the published row rather than assuming it."""
+    Where chapter 15's :class:`~gpuformer_lib.forecasting.PatchTST` forecasts one channel from all of them,
+    this one forecasts every channel from itself, as the paper does; the sizes are the same
+    :class:`~gpuformer_lib.forecasting.PatchConfig`. The course's encoder layer is pre-norm with LayerNorm;
+    the paper's is post-norm with BatchNorm and adds the previous layer's attention scores to the next
+    (residual attention). The page measures what that costs against the published row rather than assuming
+    it."""
 
-    def __init__(self, sizes: PatchSizes = PatchSizes()):
+    def __init__(self, config: PatchConfig = ETTH1_PATCHTST):
         super().__init__()
-        self.sizes = s = sizes
-        self.embed = nn.Linear(s.patch_len, s.d_model)
-        self.pos = nn.Parameter(torch.empty(s.n_patches, s.d_model).uniform_(-0.02, 0.02))
-        self.drop = nn.Dropout(s.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(s.d_model, s.n_heads, s.d_ff, dropout=s.dropout, activation="gelu")
-                                    for _ in range(s.n_layers))
-        self.norm = nn.LayerNorm(s.d_model)
-        self.head_drop = nn.Dropout(s.head_dropout)
-        self.head = nn.Linear(s.n_patches * s.d_model, s.horizon)
+        self.config = c = config
+        self.embed = nn.Linear(c.patch_len, c.d_model)
+        self.pos = nn.Parameter(torch.empty(c.n_patches, c.d_model).uniform_(-0.02, 0.02))
+        self.drop = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, activation="gelu",
+                                                 fused_attention=c.fused_attention) for _ in range(c.n_layers))
+        self.norm = nn.LayerNorm(c.d_model)
+        self.head = nn.Linear(c.n_patches * c.d_model, c.horizon)
 
     def forward(self, x: Tensor) -> Tensor:
-        s = self.sizes
-        if x.dim() != 3 or x.shape[2] != s.context:
-            raise ValueError(f"x must be (B, C, {s.context}), got {tuple(x.shape)}")
-        B, C, _ = x.shape
+        c = self.config
+        if x.dim() != 3 or x.shape[1:] != (c.channels, c.context):
+            raise ValueError(f"x must be (B, {c.channels}, {c.context}), got {tuple(x.shape)}")
+        B = x.shape[0]
         mean = x.mean(-1, keepdim=True)
         std = (x.var(-1, keepdim=True, unbiased=False) + 1e-5).sqrt()
-        z = (x - mean) / std
-        z = torch.cat([z, z[..., -1:].expand(B, C, s.stride)], -1)  # the padding patch
-        patches = z.unfold(-1, s.patch_len, s.stride)  # (B, C, N, P)
-        h = self.drop(self.embed(patches) + self.pos).reshape(B * C, s.n_patches, s.d_model)  # channel independence
+        patches = patchify((x - mean) / std, c.patch_len, c.stride)  # (B, C, N, P)
+        h = self.drop(self.embed(patches) + self.pos).reshape(B * c.channels, c.n_patches, c.d_model)  # channel indep.
         for layer in self.layers:
             h = layer(h)
-        h = self.norm(h).reshape(B, C, s.n_patches * s.d_model)  # (B, C, N*D)
-        return self.head(self.head_drop(h)) * std + mean  # (B, C, N*D) @ (N*D, H) -> (B, C, H)
+        h = self.norm(h).reshape(B, c.channels, c.n_patches * c.d_model)  # (B, C, N*D)
+        return self.head(h) * std + mean  # (B, C, N*D) @ (N*D, H) -> (B, C, H)
 
 
 # --------------------------------------------------------------------------- training and scoring
@@ -367,19 +355,6 @@ def train(model: nn.Module, split_: Split, *, epochs: int, batch_size: int, lr: 
 
 
 # --------------------------------------------------------------------------- intervals
-
-
-@dataclasses.dataclass(frozen=True)
-class Interval:
-    """A statistic and its bootstrap interval."""
-
-    value: float
-    low: float
-    high: float
-    level: float
-
-    def excludes(self, x: float) -> bool:
-        return not (self.low <= x <= self.high)
 
 
 def block_bootstrap(errors: np.ndarray, other: np.ndarray | None = None, *, block: int = 2 * HORIZON,

@@ -1053,7 +1053,7 @@ FORECASTING: tuple[F, ...] = (  # chapter 15: case study, stock prices and a for
       where="the python -u run_longExp.py command's arguments",
       quote="--train_epochs 100",
       note="The same command sets --e_layers 3, --n_heads 4, --d_model 16, --d_ff 128, --dropout 0.3, --patch_len 16 "
-           "and --stride 8 (the sizes of ltsf.PatchSizes) and the learning rate of patchtst-etth1-script-batch-size's "
+           "and --stride 8 (the sizes of ltsf.ETTH1_PATCHTST) and the learning rate of patchtst-etth1-script-batch-size's "
            "quote. Chapter 15's CPU book run trains far fewer epochs at a higher peak rate, and says so.",
       chapters=(15,)),
     F(key="ltsf-linear-etth1-script-batch-size", value=32, unit="windows per batch",

@@ -138,11 +138,11 @@ def bootstrap_scores(systems: dict[str, Sequence[str]], references: Sequence[str
     draws: an interval that leaves out 0 says which system wins on this test set.
 
     Returns ``{(name, metric): Interval}`` for metric "BLEU" and "chrF", and ``{(f"{name} - {baseline}",
-    metric): Interval}`` for the differences (``ltsf.Interval``: value, low, high, level)."""
+    metric): Interval}`` for the differences (``intervals.Interval``: value, low, high, level)."""
     import numpy as np
     from sacrebleu.metrics import BLEU, CHRF
 
-    from gpuformer_lib.ltsf import Interval
+    from gpuformer_lib.intervals import Interval
 
     n = len(references)
     if n < 2 or any(len(h) != n for h in systems.values()):

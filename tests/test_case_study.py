@@ -204,6 +204,21 @@ def test_harness_end_to_end_keeps_models_reports_mfu_and_refuses_a_broken_step()
     assert records[1]["rate"] == pytest.approx(1 / table.rows[1].timing.median)
 
 
+def test_the_table_shows_one_bar_over_its_runs(capsys):
+    """Progress for a long table: one bar over rows x seeds (a skipped row is not counted), naming the row and
+    seed in training, then the timing; the runs' own bars stay off."""
+    task = toy_task(budget=cs.Budget(tokens=16 * 12 * 2), evaluations=1)
+    accs = [cs.plan_step("fused attention", fused_attention=True, check_token_ids=False),
+            cs.plan_step("TF32", skip_reason=lambda p, d: "needs a GPU", tf32=True)]
+    cs.run_case_study(task, accs, device="cpu", profile=CPU, seeds=(0, 1), timing_steps=1)
+    err = capsys.readouterr().err
+    assert f"{task.name}: training runs" in err and "4/4" in err and "5/" not in err
+    assert "+ fused attention, seed 1" in err and "timing the 2 rows interleaved" in err
+    assert err.count(task.name) == err.count(f"{task.name}: training runs")  # no bar of a run's own
+    cs.run_case_study(task, accs, device="cpu", profile=CPU, timing_steps=None, progress=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_impossible_mfu_fails():
     task = toy_task(budget=cs.Budget(tokens=16 * 12 * 2), evaluations=1)
     with pytest.raises(Exception, match="MFU"):

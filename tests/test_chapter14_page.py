@@ -49,8 +49,11 @@ def test_verdict_words_agree_with_the_glued_values(cells):
     expected = "better than" if probe > comp + 0.01 else "about as well" if probe > comp - 0.01 else "less well"
     assert expected in g["probe_words"]
     trained, control = probe, float(g["control_auc"])
-    expected = "training added" if trained > control + 0.01 else "about as well" if trained > control - 0.01 else \
-        "separated them better"
+    m = re.search(r"AUC ([+-][\d.]+), 95 % interval ([+-][\d.]+) to ([+-][\d.]+)", g["learned_words"])
+    assert m, g["learned_words"]
+    gap, low, high = (float(v) for v in m.groups())
+    assert abs(gap - (trained - control)) <= 0.0011 and low <= gap <= high
+    expected = "training added" if low > 0 else "separated them better" if high < 0 else "cannot tell"
     assert expected in g["learned_words"], g["learned_words"]
     m = re.search(r"ran it at (\d+\.\d+)x the rate of the row before it \(\"(.*)\"\): (.*)$", g["fix_effect"])
     assert m or g["fix_effect"] == "no row of this device's table applies it", g["fix_effect"]
@@ -101,3 +104,24 @@ def test_three_exercises_with_hidden_solutions_two_predict_then_measure(cells):
 
 def test_prose_length(cells):
     assert len(pages.text(cells, "markdown").split()) >= 2000
+
+
+def test_the_model_trained_longer_is_judged_against_the_4gram_on_the_test_proteins(cells):
+    from gpuformer_lib import book_run
+
+    g = pages.glued(cells)
+    out = pages.outputs(cells)
+    seeds = re.findall(r"^seed \d+: [\d,]+ residues in [\d.]+ min; validation [\d.]+, test ([\d.]+) nats", out, re.M)
+    assert len(seeds) == int(g["long_seeds"]) >= 2
+    values = [float(v) for v in seeds]
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    assert abs(mean - float(g["lm_test"])) < 1e-4 and abs(sd - float(g["lm_test_sd"])) < 1e-4
+    margin = float(g["four_test"]) - mean
+    words = g["lm_four_words"]
+    expected = ("beats the 4-gram" if margin > 3 * sd and margin > 0 else "not a clear win" if margin > 0
+                else "does not beat it")
+    assert expected in words, (margin, sd, words)
+    size, _ = book_run.read_stamp(out)
+    if size == "book":  # the bar: below the 4-gram by more than three seed standard deviations, 3 seeds
+        assert len(values) >= 3 and margin > 3 * sd, (margin, sd)

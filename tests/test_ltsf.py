@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -89,7 +91,7 @@ def test_least_squares_is_the_training_optimum():
 
 
 def test_patchtst_keeps_channels_apart_and_follows_each_channels_scale():
-    sizes = ltsf.PatchSizes(context=64, horizon=8, d_model=16, n_layers=2, dropout=0.0)
+    sizes = dataclasses.replace(ltsf.ETTH1_PATCHTST, context=64, horizon=8, channels=3, n_layers=2, dropout=0.0)
     torch.manual_seed(0)
     m = ltsf.ChannelPatchTST(sizes).eval()
     x = torch.randn(2, 3, 64)
@@ -101,6 +103,8 @@ def test_patchtst_keeps_channels_apart_and_follows_each_channels_scale():
     torch.testing.assert_close(m(3 * x + 7), 3 * y + 7, rtol=1e-4, atol=1e-3)  # instance normalisation
     with pytest.raises(ValueError, match="64"):
         m(torch.randn(2, 3, 63))
+    with pytest.raises(ValueError, match="3, 64"):  # the channels it was built for
+        m(torch.randn(2, 4, 64))
 
 
 def test_training_stops_early_and_keeps_the_best_validation_weights():

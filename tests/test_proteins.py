@@ -301,7 +301,7 @@ def test_exercise_checks():
 
 
 def test_task_trains_in_the_harness_and_rates_compare():
-    from gpuformer_lib import case_study
+    from gpuformer_lib import bench, case_study
     from gpuformer_lib.profiles import PROFILES
 
     rng = np.random.default_rng(7)
@@ -317,7 +317,7 @@ def test_task_trains_in_the_harness_and_rates_compare():
     # the same setting against itself, on a clock where every timed step lasts one tick: exactly 1 (on the real
     # clock one step's noise on a busy machine can be any factor)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(case_study, "time", FakeClock(tick=1e-3))
+        patch.setattr(bench, "time", FakeClock(tick=1e-3))
         same = P.setting_rate_ratio(task, case_study.Setting(), case_study.Setting(), "cpu", steps=2)
     assert same == pytest.approx(1.0)
     with pytest.raises(ValueError):
