@@ -79,6 +79,23 @@ def test_kv_cache_prediction_accepts_half_the_steps_plus_one_and_rejects_the_squ
     assert not check_kv_cache_flop_prediction(1.0, measured, steps=steps).passed
 
 
+def test_kv_cache_mistakes_are_named_at_every_length_a_preset_decodes(capsys):
+    """At S = 24 the rough S / 2 lies just under the pass band: its hint must still name it (it once fell back to a
+    generic "too low by 1.0x"); a miss of a few percent reads with two decimals."""
+    for steps in (8, 17, 24):
+        counted = (steps + 1) / 2 * 1.04  # decode_work counts a little more than the token-pass model
+        assert not check_kv_cache_flop_prediction(steps / 2, counted, steps=steps)
+        assert "S / 2 drops the +1" in capsys.readouterr().out, steps
+        assert check_kv_cache_flop_prediction((steps + 1) / 2, counted, steps=steps)
+    capsys.readouterr()
+    # (S - 1) / 2 is named where it lies apart from S / 2 (at S = 17 they are within 6 % of each other)
+    assert not check_kv_cache_flop_prediction(3.5, 4.5 * 1.04, steps=8)
+    assert "(S - 1) / 2 counts" in capsys.readouterr().out
+    capsys.readouterr()
+    assert not check_kv_cache_flop_prediction(13.0 * 1.04 * 1.06, 13.0 * 1.04, steps=25)
+    assert "too high by 1.06x" in capsys.readouterr().out
+
+
 def test_case_plan_sizes_per_preset_and_refuses_a_bad_preset():
     cpu, rehearsed = PROFILES["cpu"], PROFILES["t4"]
     plan = translation_task.case_plan(cpu, SizePreset("cpu", "test"))

@@ -111,6 +111,15 @@ def test_every_known_forgery_is_flagged_and_no_course_notebook_is():
         "code cell 1: assigns to t.check_speedup"]
     assert grade.suspicious(["from gpuformer_lib import exercises", "setattr(exercises.timing, 'x', 1)"]) == [
         "code cell 2: setattr on exercises.timing"]
+    # a check's own answer, imported or reached by attribute, passes the check: flagged
+    assert grade.suspicious(["from gpuformer_lib.exercises.proteins import check_mcc, _reference_mcc\n"
+                             "check_mcc(_reference_mcc)",
+                             "from gpuformer_lib.exercises import forecasting as f\n"
+                             "f.check_trailing_mean(f._reference_trailing_mean)",
+                             "import gpuformer_lib\nx = gpuformer_lib.exercises.case_studies._reference_diagnosis",
+                             "from gpuformer_lib import proteins\nproteins._private_helper = 1"]) == [
+        "code cell 1: a check's private _reference_mcc", "code cell 2: a check's private _reference_trailing_mean",
+        "code cell 3: a check's private _reference_diagnosis"]
     for path in notebook_paths():  # torch.compile(...), %time and the solutions are not suspicious
         nb = nbformat.read(path, as_version=4)
         assert grade.suspicious([c.source if c.cell_type == "code" else None for c in nb.cells]) == [], path.name

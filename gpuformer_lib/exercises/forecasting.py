@@ -57,10 +57,10 @@ def check_patch_attention_prediction(predicted, counted: float, *, short_patch: 
         wrong=wrong, rel=PATCH_ATTENTION_REL,
         too_high=("Attention's two matrix products cost about N^2 D each for N tokens: the ratio is the square of the "
                   "ratio of the token counts, and a window of L steps cut into patches of P (no overlap, plus "
-                  "PatchTST's padding patch) gives (L - P) // P + 2 tokens, not L / P^2."),
-        too_low=("The token count falls as 1 / P, and attention's cost falls as the square of the token count: "
-                 "the ratio is (N_short / N_long)^2, not N_short / N_long; count the tokens with the padding patch, "
-                 "(L - P) // P + 2."),
+                  f"PatchTST's padding patch) gives (L - P) // P + 2 tokens, not L / P: {tokens}."),
+        too_low=(f"Count each patch length's tokens with the padding patch, (L - P) // P + 2 ({tokens}), and square "
+                 "their ratio: attention's score and weighted-sum products cost about N^2 D each, and nothing else "
+                 "(the projections, the feed-forward layers) belongs in attention's FLOPs."),
         why_close=("Attention scales with the square of the token count; the projections and the feed-forward "
                    "layers scale only linearly, so the measured time ratio of a whole layer is smaller than this "
                    "FLOP ratio, the more so the shorter the sequence."))
@@ -68,6 +68,24 @@ def check_patch_attention_prediction(predicted, counted: float, *, short_patch: 
 
 def _reference_trailing_mean(series: np.ndarray, t: int, k: int) -> float:
     return float(np.mean(np.asarray(series, dtype=np.float64)[t - k:t]))
+
+
+TRAILING_RTOL = 1e-5
+"""A trailing mean passes within a relative 1e-5 of the float64 mean (a float32 computation is right too)."""
+
+
+def _trailing_hint(series: np.ndarray, t: int, k: int, got: float) -> str:
+    """The mistake a wrong trailing mean made, where a usual one gives it: another statistic, or a window that
+    is one value off at either end."""
+    window = np.asarray(series, dtype=np.float64)[t - k:t]
+    close = lambda v: np.isclose(got, v, rtol=TRAILING_RTOL, atol=TRAILING_RTOL)  # noqa: E731
+    if close(np.median(window)):
+        return "That is the window's median; the feature is its mean, np.mean(series[t-k:t])."
+    ends = [series[t - k - 1:t - 1], series[t - k + 1:t], series[t - k - 1:t]]
+    if any(close(np.mean(np.asarray(w, dtype=np.float64))) for w in ends):
+        return "Check the window's ends: the k values before t, series[t-k:t], t excluded."
+    return ("The feature is the plain mean of the k values before t, series[t-k:t]: no weights, no other "
+            "statistic, t itself excluded.")
 
 
 @_safe_check
@@ -92,9 +110,9 @@ def check_trailing_mean(trailing_mean: Callable[[np.ndarray, int, int], float]) 
         if hint:
             return _report(False, hint)
         want = _reference_trailing_mean(series, t, k)
-        if not np.isclose(float(got), want, rtol=1e-9, atol=1e-9):
+        if not np.isclose(float(got), want, rtol=TRAILING_RTOL, atol=TRAILING_RTOL):
             return _report(False, f"At t={t}, k={k} the mean of series[t-k:t] is {want:.6f}, you returned "
-                                  f"{float(got):.6f}. Check the window's ends: the k values before t, t excluded.")
+                                  f"{float(got):.6f}. {_trailing_hint(series, t, k, float(got))}")
     return _report(True, "A feature may use only what was known when the forecast is made. Centred windows, "
                          "statistics of the whole series (a mean or standard deviation that includes the test "
                          "period) and targets shifted the wrong way all leak, and a leak makes a model look better "
@@ -161,7 +179,8 @@ def check_ewma_half_life_prediction(predicted, measured: float, *, lam: float) -
         too_high=(f"Each day multiplies the weight of everything older by {lam}; half is gone after n days when "
                   f"{lam}^n = 1/2, n = ln(1/2) / ln({lam}). 1 / (1 - {lam}) is the average age of the weights, "
                   "longer than the half-life."),
-        too_low=(f"The weight falls by a factor {lam} a day, not by {1 - lam:g}: n = ln(1/2) / ln({lam})."),
+        too_low=(f"Each day multiplies the weight of everything older by {lam}, so a shock's weight is {lam}^n after "
+                 f"n days: half of it is gone when {lam}^n = 1/2, n = ln(1/2) / ln({lam}) trading days."),
         why_close=(f"ln(1/2) / ln({lam}): about two weeks of trading for RiskMetrics' 0.94. That memory is why the "
                    "EWMA beats the historical mean on volatility: volatility clusters over days to weeks, and "
                    "the EWMA forgets the calm (or the storm) of last year."))

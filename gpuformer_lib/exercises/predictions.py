@@ -69,23 +69,38 @@ def own_result(passed: bool, message: str, *, timed_out: bool = False, not_attem
     return _report(passed, message)
 
 
+def factor_words(ratio: float) -> str:
+    """A miss as a factor for a hint: two decimals near 1 (a 4 % miss reads "1.04x", not "1.0x"), one above."""
+    return f"{ratio:.2f}x" if ratio < 1.095 else f"{ratio:.1f}x"
+
+
+def _amount(value: float, unit: str) -> str:
+    """``value`` with its unit, for a hint (no stray space for a unitless share)."""
+    return f"{value:.3g} {unit}" if unit else f"{value:.3g}"
+
+
+def _in_unit(unit: str) -> str:
+    return f" (in {unit})" if unit else ""
+
+
 @_safe_check
 def _grade(predicted, measured: float, quantity: str, unit: str, within: float, too_high: str, too_low: str,
            why_close: str, measured_by: str) -> CheckResult:
     """Predict a positive number; it passes within the stated factor of the measurement."""
     value, hint = _number(predicted)
     if hint:
-        return _report(False, f"Predict a number for {quantity} (in {unit}), not {_describe(predicted)}.")
+        return _report(False, f"Predict a number for {quantity}{_in_unit(unit)}, not {_describe(predicted)}.")
     if not math.isfinite(value) or value <= 0:
-        return _report(False, f"A {quantity} is a positive number of {unit}; you predicted {value!r}.")
+        return _report(False, f"A {quantity} is a positive number{' of ' + unit if unit else ''}; you predicted "
+                              f"{value!r}.")
     ratio = value / measured
-    said = (f"You predicted {value:.3g} {unit} for {quantity}; {measured_by} {measured:.3g} {unit} "
+    said = (f"You predicted {_amount(value, unit)} for {quantity}; {measured_by} {_amount(measured, unit)} "
             f"(prediction / measurement = {ratio:.2f}).")
     if 1 / within <= ratio <= within:
         return _report(True, f"{said} Within a factor of {within:g}. {why_close}".strip())
     if ratio > within:
-        return _report(False, f"{said} Too high by {ratio:.1f}x. {too_high}".strip())
-    return _report(False, f"{said} Too low by {1 / ratio:.1f}x. {too_low}".strip())
+        return _report(False, f"{said} Too high by {factor_words(ratio)}. {too_high}".strip())
+    return _report(False, f"{said} Too low by {factor_words(1 / ratio)}. {too_low}".strip())
 
 
 def grade_model(predicted, right: float, *, quantity: str, unit: str, wrong: dict[str, tuple[float, str]],
@@ -129,19 +144,37 @@ def _grade_model(predicted, right: float, quantity: str, unit: str, wrong: dict[
     """:func:`grade_model`'s grading of the learner's answer, recorded under the calling check's name."""
     value, hint = _number(predicted)
     if hint:
-        return _report(False, f"Predict a number for {quantity} (in {unit}), not {_describe(predicted)}.")
+        return _report(False, f"Predict a number for {quantity}{_in_unit(unit)}, not {_describe(predicted)}.")
     if not math.isfinite(value) or value <= 0:
-        return _report(False, f"A {quantity} is a positive number of {unit}; you predicted {value!r}.")
-    seen = (f" ({measured_by} {measured:.3g} {unit}, shown beside the model, not graded.)"
+        return _report(False, f"A {quantity} is a positive number{' of ' + unit if unit else ''}; you predicted "
+                              f"{value!r}.")
+    seen = (f" ({measured_by} {_amount(measured, unit)}, shown beside the model, not graded.)"
             if measured is not None else "")
+    said = f"You predicted {_amount(value, unit)} for {quantity}"
     if abs(value / right - 1) <= rel:
-        return _report(True, f"You predicted {value:.3g} {unit} for {quantity}: the model gives {right:.3g}."
-                             f"{seen} {why_close}".strip())
-    for name, (wrong_value, wrong_hint) in wrong.items():
+        return _report(True, f"{said}: the model gives {right:.3g}.{seen} {why_close}".strip())
+    for name, (wrong_value, wrong_hint) in {**wrong, **_ratio_mistakes(right, unit, rel, wrong)}.items():
         if abs(value / wrong_value - 1) <= rel:
-            return _report(False, f"You predicted {value:.3g} {unit} for {quantity}, which is what {name} gives. "
-                                  f"{wrong_hint}{seen}")
+            return _report(False, f"{said}, which is what {name} gives. {wrong_hint}{seen}")
     side = too_high if value > right else too_low
-    return _report(False, f"You predicted {value:.3g} {unit} for {quantity}; that is "
-                          f"{'too high' if value > right else 'too low'} by "
-                          f"{max(value / right, right / value):.1f}x. {side}{seen}".strip())
+    return _report(False, f"{said}; that is {'too high' if value > right else 'too low'} by "
+                          f"{factor_words(max(value / right, right / value))}. {side}{seen}".strip())
+
+
+def _ratio_mistakes(right: float, unit: str, rel: float, named: dict[str, tuple[float, str]]
+                    ) -> dict[str, tuple[float, str]]:
+    """The mistakes any ratio (``unit`` "x") can suffer, named where the check's own list does not already name
+    a value there: the ratio in percent, the gain alone (ratio - 1), the gain in percent."""
+    if unit != "x":
+        return {}
+    candidates = [("the ratio in percent", 100 * right,
+                   f"That is the ratio in percent: a ratio is written as a plain number, {right:.3g} (x), not "
+                   f"{100 * right:.3g} %."),
+                  ("the gain in percent", 100 * (right - 1),
+                   f"That is the gain in percent, 100 (ratio - 1): the exercise asks for the ratio itself, "
+                   f"{right:.3g} (x); 1.5 means 50 % more."),
+                  ("the gain alone, ratio - 1", right - 1,
+                   f"That is the gain alone, ratio - 1: the exercise asks for the ratio itself (after / before, "
+                   f"or time before / time after), {right:.3g}, which is 1 + that gain.")]
+    return distinct_mistakes(right, [c for c in candidates if all(abs(c[1] / v - 1) > 2 * rel
+                                                                  for v, _ in named.values())], rel)

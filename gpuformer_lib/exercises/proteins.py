@@ -29,7 +29,9 @@ PACKING_REL = 0.03
 
 def check_packing_prediction(predicted, measured=None, *, padding_share: float) -> CheckResult:
     """Grade a predicted speedup in real residues per second (packed rows over padded random batches), given
-    the padding share (0-1) of the baseline's batches, against the model the chapter teaches: a step costs the
+    the padding share (0-1) of the padded batches (chapter 14 asks it at a crop of 512, where padding matters:
+    at its table's crop of 128 the share is so small that 1 + share and "no gain" lie within rounding of the
+    right answer), against the model the chapter teaches: a step costs the
     same per slot, so packing's all-real slots do 1 / (1 - padding share) as much useful work. Graded against
     that model within rounding (:data:`PACKING_REL`), each plausible mistake named; ``measured`` (optional: a
     number, or a function that measures it once) is shown beside the model, never graded: a timing on a busy
@@ -50,19 +52,30 @@ def check_packing_prediction(predicted, measured=None, *, padding_share: float) 
          "That is the padding share; the speedup in real residues per second is 1 / (1 - padding share)."),
         ("one over the padding share", 1 / padding_share if padding_share > 0 else 0.0,
          "One over the padding share counts the padded slots, not the real ones: 1 / (1 - padding share)."),
+        ("no gain at all", 1.0,
+         f"Packing gains something, not nothing: with {padding_share:.1%} of the padded batches' slots padded, a "
+         f"step that costs the same per slot does 1 / (1 - {padding_share:.3f}) as much useful work when packed."),
     ]
     wrong = distinct_mistakes(right, candidates, PACKING_REL)
     shown = measured() if callable(measured) else measured
+    if shown is None or abs(shown / right - 1) <= PACKING_REL:
+        why_close = "The model is a step whose time follows its slots: removing the padded ones is all packing does."
+    elif shown < right:
+        why_close = ("Here the real step gained less: the optimizer, the masks built per batch and the host do not "
+                     "scale with the slots, and the document mask turns the fast causal path into a general masked "
+                     "one.")
+    else:
+        why_close = ("Here the real step gained more than the model: the padded step cost more per slot than the "
+                     "packed one on this device, so a step's time did not follow its slots exactly.")
     return grade_model(
         predicted, right, quantity="speedup of packed rows (real residues per second)", unit="x", wrong=wrong,
         rel=PACKING_REL, measured=shown, measured_by="this device measured",
         too_high=("Packing removes only the padded slots' work: real residues per step rise by 1 / (1 - padding) at "
                   "most."),
-        too_low=(f"Packing gains something, not nothing: with {padding_share:.1%} of the baseline's slots padded, a "
-                 f"step that costs the same per slot does 1 / (1 - {padding_share:.3f}) as much useful work when "
-                 "packed, more than 1: predict from the real share."),
-        why_close=("A real step gains less: the optimizer, the masks built per batch and the host do not scale with "
-                   "the slots, and the document mask turns the fast causal path into a general masked one."))
+        too_low=(f"With {padding_share:.1%} of the padded batches' slots padded, only {1 - padding_share:.3f} of a "
+                 f"step's slots do useful work; packed, all of them do: a step that costs the same per slot does "
+                 f"1 / (1 - {padding_share:.3f}) as much useful work. Predict from the real share."),
+        why_close=why_close)
 
 
 PADDING_WITHIN = 1.11
@@ -89,6 +102,10 @@ def check_padding_prediction(predicted, measured: float, *, crop: int) -> CheckR
         if 1 < value <= 100 and 1 / within <= (value / 100) / measured <= within:
             return own_result(False, f"You predicted {value:.3g} for the {quantity}: a percentage. Predict a share "
                                      f"between 0 and 1 ({value / 100:.3g}), not percent.")
+        if value >= 1:
+            return own_result(False, f"You predicted {value:.3g} for the {quantity}, but a share of the slots lies "
+                                     "between 0 and 1: padded slots over all slots, 1 - (mean real length) / "
+                                     "(padded length); not padding per real token, and not percent.")
         if (0 < value < 1 and 1 / within <= (1 - value) / measured <= within
                 and not 1 / within <= value / measured <= within):  # a share near 0.5 can be both
             return own_result(False, f"You predicted {value:.3g} for the {quantity}: that is the real share of the "
@@ -106,6 +123,10 @@ def check_padding_prediction(predicted, measured: float, *, crop: int) -> CheckR
                  "than a long crop, while almost every batch of 32 is padded to nearly the crop."),
         why_close=("Taking every batch as padded to the crop gives 1 - mean(min(L + 1, crop)) / crop, a little above "
                    "the measurement: a few batches have no protein as long as the crop."))
+
+
+MCC_ABS = 1e-6
+"""An MCC passes within 1e-6 of the formula: a float32 computation (torch's default dtype) is right too."""
 
 
 def _reference_mcc(tp, tn, fp, fn) -> float:
@@ -132,7 +153,7 @@ def _mcc_mistakes(tp, tn, fp, fn) -> list[tuple[str, float | None, str]]:
         ("the formula with its sign flipped", -mcc if mcc else None,
          "The sign is flipped: the numerator is TP TN - FP FN (right answers' product minus wrong answers'), so a "
          "perfect classifier gives +1."),
-        ("the arguments in another order", swapped if abs(swapped - mcc) > 1e-9 else None,
+        ("the arguments in another order", swapped if abs(swapped - mcc) > MCC_ABS else None,
          "Your function reads its arguments in another order: the check calls mcc_from_counts(tp, tn, fp, fn), in "
          "that order."),
     ]
@@ -159,13 +180,15 @@ def check_mcc(mcc_from_counts: Callable[[int, int, int, int], float]) -> CheckRe
         want = _reference_mcc(tp, tn, fp, fn)
         number, bad = _number(got)
         value = None if bad else float(number)
-        if value is None or not abs(value - want) <= 1e-9:  # a NaN is never close
+        if value is None or not abs(value - want) <= MCC_ABS:  # a NaN is never close
             if empty:
                 hint = margin_hint
             else:
                 named = [h for _, v, h in _mcc_mistakes(tp, tn, fp, fn)
-                         if value is not None and v is not None and abs(value - v) <= 1e-9]
+                         if value is not None and v is not None and abs(value - v) <= MCC_ABS]
+                rounded = value is not None and abs(value - want) <= 5e-3
                 hint = " " + (named[0] if named else
+                              "Close, but not equal: return the value itself, not a rounded one." if rounded else
                               "MCC = (TP TN - FP FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)).")
             return _report(False, f"For TP={tp}, TN={tn}, FP={fp}, FN={fn} you gave {got!r}; expected "
                                   f"{want:.6f}.{hint}")

@@ -74,6 +74,25 @@ def diagnose_by(select, word=lambda gap, spread: "lost quality" if gap > spread 
     return diagnose
 
 
+def relative_diagnosis(records, spread):
+    """The gap as a share of the baseline's loss, against the spread."""
+    base = records[0]["quality"]
+    return {r["step"]: "lost quality" if abs(r["quality"] - base) / base > spread else "noise"
+            for r in records[1:] if r["refused_for_quality"]}
+
+
+def previous_row_diagnosis(records, spread):
+    """Each refused row against the measured row before it, not the baseline."""
+    out, before = {}, records[0]["quality"]
+    for r in records[1:]:
+        if r["quality"] is None:
+            continue
+        if r["refused_for_quality"]:
+            out[r["step"]] = "lost quality" if abs(r["quality"] - before) > spread else "noise"
+        before = r["quality"]
+    return out
+
+
 # exercise 13.3: the CPU preset's model (translation_task.case_run), 64 test sentences of 19 source tokens, the
 # 8 decoding steps the timed decoding ran: decode_work counts 5.18x
 CPU_CONFIG = TransformerConfig(vocab_size=2375, src_vocab_size=4341, d_model=128, n_heads=4, n_encoder_layers=2,
@@ -102,6 +121,9 @@ TABLES = [
                Wrong("upside down", 1 / TOKEN_BUDGET, ("Upside down",)),
                Wrong("the ratio of the padding shares", PAD_RANDOM / PAD_BUDGET, ("ratio of the padding shares",)),
                Wrong("one over the real share after", 1 / (1 - PAD_BUDGET), ("real share after",)),
+               Wrong("the ratio in percent", 100 * TOKEN_BUDGET, ("ratio in percent",)),
+               Wrong("the gain alone", TOKEN_BUDGET - 1, ("gain alone", "ratio - 1")),
+               Wrong("the gain in percent", 100 * (TOKEN_BUDGET - 1), ("gain in percent",)),
                Wrong("not a number", "1.7x", ("Predict a number",))),
     ),
     Table(
@@ -118,7 +140,21 @@ TABLES = [
                      ("smaller than the seed-to-seed spread", "that is 'noise'")),
                Wrong("every refused row lost quality (the tolerance, not the spread)",
                      diagnose_by(lambda r: r["refused_for_quality"], lambda gap, spread: "lost quality"),
-                     ("smaller than the seed-to-seed spread", "not with the table's tolerance")),
+                     ("smaller than the seed-to-seed spread", "not the table's tolerance")),
+               Wrong("twice the spread as the threshold",
+                     diagnose_by(lambda r: r["refused_for_quality"],
+                                 lambda gap, spread: "lost quality" if gap > 2 * spread else "noise"),
+                     ("larger than the seed-to-seed spread", "not half or twice it")),
+               Wrong("half the spread as the threshold",
+                     diagnose_by(lambda r: r["refused_for_quality"],
+                                 lambda gap, spread: "lost quality" if gap > spread / 2 else "noise"),
+                     ("smaller than the seed-to-seed spread", "not half or twice it")),
+               Wrong("a fixed 0.1 nats, whatever the spread",
+                     diagnose_by(lambda r: r["refused_for_quality"],
+                                 lambda gap, spread: "lost quality" if gap > 0.1 else "noise"),
+                     ("larger than the seed-to-seed spread", "not a fixed number")),
+               Wrong("the gap relative to the loss", relative_diagnosis, ("not relative to the loss",)),
+               Wrong("the gap to the row before", previous_row_diagnosis, ("not to the row before it",)),
                Wrong("every measured row", diagnose_by(lambda r: r["quality"] is not None),
                      ("kept its quality", "has a speedup")),
                Wrong("True or False, not the words",
@@ -138,6 +174,8 @@ TABLES = [
                      ("token-passes without the cache",)),
                Wrong("S + 1", STEPS + 1, ("left out the halving",)),
                Wrong("upside down", 2 / (STEPS + 1), ("Upside down",)),
-               Wrong("no saving", 1.0, ("does save work",))),
+               Wrong("no saving", 1.0, ("does save work",)),
+               Wrong("(S - 1) / 2, the sum from 0", (STEPS - 1) / 2, ("(S - 1) / 2 counts",)),
+               Wrong("the ratio in percent", 100 * (STEPS + 1) / 2, ("ratio in percent",))),
     ),
 ]

@@ -9,6 +9,7 @@ so (issue 31), as do the other plausible mistakes of 15.1 and 15.3.
 import math
 
 import numpy as np
+import torch
 
 from answer_tables import Table, Wrong
 from gpuformer_lib import forecasting
@@ -45,13 +46,15 @@ TABLES = [
         wrong=(Wrong("(24 / 8)^2 without the padding patch (the review's 9)", (LONG / SHORT) ** 2,
                      ("padding patch", "(L - P) // P + 2")),
                Wrong("the token ratio, not squared", N_SHORT / N_LONG, ("not N_short / N_long",)),
-               Wrong("the patch lengths' ratio, not squared", LONG / SHORT, ("not N_short / N_long",)),
+               Wrong("the patch lengths' ratio, not squared", LONG / SHORT, ("too low", "square their ratio")),
+               Wrong("the ratio in percent", 100 * COUNTED, ("ratio in percent",)),
                Wrong("upside down", (N_LONG / N_SHORT) ** 2, ("Upside down",)),
                Wrong("the cube", (N_SHORT / N_LONG) ** 3, ("not its cube",))),
     ),
     Table(
         "check_trailing_mean", exercises.check_trailing_mean,
-        right=(solution_trailing_mean, lambda s, t, k: float(np.sum(s[t - k:t]) / k)),
+        right=(solution_trailing_mean, lambda s, t, k: float(np.sum(s[t - k:t]) / k),
+               lambda s, t, k: torch.from_numpy(s[t - k:t]).float().mean()),  # float32, torch's default
         wrong=(Wrong("the colleague's centred window", lambda s, t, k: float(np.mean(s[t - k // 2:t + k // 2 + 1])),
                      ("reads the future", "centred window")),
                Wrong("the window includes t", lambda s, t, k: float(np.mean(s[t - k + 1:t + 1])),
@@ -59,7 +62,8 @@ TABLES = [
                Wrong("the whole series' mean", lambda s, t, k: float(np.mean(s)), ("reads the future",)),
                Wrong("one step too early", lambda s, t, k: float(np.mean(s[t - k - 1:t - 1])),
                      ("window's ends", "t excluded")),
-               Wrong("k + 1 values", lambda s, t, k: float(np.mean(s[t - k - 1:t])), ("window's ends",))),
+               Wrong("k + 1 values", lambda s, t, k: float(np.mean(s[t - k - 1:t])), ("window's ends",)),
+               Wrong("the median, not the mean", lambda s, t, k: float(np.median(s[t - k:t])), ("median",))),
     ),
     Table(
         "check_ewma_half_life_prediction", grade_half_life,
