@@ -82,6 +82,13 @@ def test_baselines_and_split(cells):
     assert "assert ks[0] < best.k < ks[-1]" in pages.text(cells, "code")
     assert 1 < float(g["four_ppl"]) <= float(g["uni_ppl"]) < 20  # both below uniform over 20 letters
     assert float(g["lr_auc"]) > 0.5 and float(g["pep_majority"]) > 0.5
+    # the peptides split by the chapter's own filter, and the L2 grid with its optimum inside at the book size
+    assert float(g["pep_after"].rstrip("%")) <= 50 and int(g["pep_moved"].replace(",", "")) > 0
+    assert "l2_grid[0] < best_l2 < l2_grid[-1]" in pages.text(cells, "code")
+    from gpuformer_lib import book_run
+
+    if book_run.read_stamp(pages.outputs(cells))[0] == "book":
+        assert g["best_l2"].endswith(", inside the grid"), g["best_l2"]
 
 
 def test_plots_are_shown(cells):
