@@ -377,3 +377,40 @@ def test_gpu_views_break_no_word_and_fit_their_column(site, browser, width):
                 shot(page, f"{path.split('/')[-1][:2]}_gpu_view_{width}px.png")
     assert views >= 18, f"only {views} GPU views found"
     assert not problems, "\n".join(problems)
+
+
+DRAWN = """async () => {
+  const found = [];
+  for (const img of document.querySelectorAll('article img')) {
+    if (!/\\.svg(\\?|$)/.test(img.currentSrc)) continue;
+    const text = await (await fetch(img.currentSrc)).text();
+    const sizes = [...text.matchAll(/<text [^>]*font-size="([\\d.]+)"/g)].map(m => parseFloat(m[1]));
+    const box = img.getBoundingClientRect();
+    found.push([img.currentSrc.split('/').pop(), img.naturalWidth, box.width, box.right, Math.min(...sizes)]);
+  }
+  return found;
+}"""
+"""Each drawn SVG figure of a page: its file, its own width, its shown width and right edge, its smallest font."""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_drawings_are_on_their_pages_and_readable_at_both_widths(site, browser, width):
+    """The drawn diagrams (gpuformer_lib.drawings) as shown: at least eight across the book, each inside the text
+    column, its smallest text at least 9 CSS px at a phone's width as at a desktop's (shown width over the SVG's
+    own width, times its smallest font size)."""
+    _, base = site
+    problems, seen = [], []
+    with Page(browser, width=width, height=900) as view:
+        for path in toc_pages():
+            page = view.open(f"{base}/{path}")
+            column = page.evaluate("() => document.querySelector('article.bd-article').getBoundingClientRect()"
+                                   ".right")
+            for name, natural, shown, right, smallest in page.evaluate(DRAWN):
+                seen.append(name)
+                px = smallest * shown / natural if natural else 0
+                if px < 9:
+                    problems.append(f"{path}: {name}'s smallest text is {px:.1f} px at {width} px (at least 9)")
+                if right > column + 1:
+                    problems.append(f"{path}: {name} reaches {right:.0f} px, past the column's {column:.0f} px")
+    assert len(seen) >= 8, f"only {len(seen)} drawn SVG figures in the book: {seen}"
+    assert not problems, "\n".join(problems)
