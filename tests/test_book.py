@@ -93,3 +93,20 @@ def test_printed_tables_keep_their_lines_and_prose_outputs_wrap(html):
     assert page.count("gpuformer-columns") >= 3, "chapter 13's printed tables were not marked"
     css = (html / "_static" / "gpuformer-book.css").read_text()
     assert "white-space: pre-wrap" in css and ".gpuformer-columns pre" in css
+
+
+def test_an_exercise_before_its_answer_reads_as_a_note_not_an_error(html):
+    """Every stored "❌ Not yet." (an exercise cell as shipped) is marked as a note on the exercise; a solution's
+    output never is, and the stylesheet captions the mark."""
+    marked = 0
+    for path in notebook_paths():
+        page = (html / "notebooks" / f"{path.stem}.html").read_text()
+        for cell in re.findall(r'<div class="cell (?:[^"]*)".*?(?=<div class="cell |\Z)', page, re.S):
+            for output in re.findall(r'<div class="output stream[^"]*"[^>]*>.*?</pre>', cell, re.S):
+                unanswered = "❌ Not yet." in output
+                assert ("gpuformer-unanswered" in output) == (unanswered and "tag_solution" not in cell[:300]), \
+                    (path.name, output[:200])
+                marked += unanswered
+    assert marked >= 30, f"only {marked} exercise outputs before an answer"
+    css = (html / "_static" / "gpuformer-book.css").read_text()
+    assert ".gpuformer-unanswered::before" in css and "until you answer" in css

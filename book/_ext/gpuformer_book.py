@@ -16,6 +16,11 @@ output lines are sentences. A table printed in columns would be torn apart by wr
 whose lines are aligned in columns gets the class ``gpuformer-columns`` and keeps its lines (it
 scrolls sideways where it is wider than the column).
 
+An exercise cell is stored as shipped, before a learner's answer, so its check printed "❌ Not yet. ..." (the
+stub's placeholder, or the given code's mistake to find). In a static page that reads as an error; such an
+output gets the class ``gpuformer-unanswered``, which the stylesheet shows as a muted note under a caption
+saying what it is (a solution's output never gets it).
+
 Every chapter's GPU view stores its specification in the page; the build draws each view again from it and
 from the result files committed under ``bench_results/gpu/`` (``gpuformer_lib.gpu_results``, which needs no
 torch), so committing a GPU run's files shows that device on every page without re-running a chapter. The
@@ -43,18 +48,30 @@ def is_columns(text: str) -> bool:
     return sum(bool(_GAP.search(line.strip())) or line.count("|") >= 2 for line in lines) >= 2
 
 
+UNANSWERED = "❌ Not yet."
+"""How a check's output starts when the answer is not right yet: in a stored exercise cell, the shipped stub's."""
+
+
 def mark_column_outputs(app: Sphinx, doctree: nodes.document, docname: str) -> None:
-    """Add ``gpuformer-columns`` to the text outputs of notebook cells that :func:`is_columns`."""
+    """Add ``gpuformer-columns`` to the text outputs of notebook cells that :func:`is_columns`, and
+    ``gpuformer-unanswered`` to what an exercise cell's check printed before any answer (an exercise cell as
+    shipped, not its solution): in a static page it is a note on the exercise, not an error of the page."""
     for block in doctree.findall(nodes.literal_block):
-        parent = block.parent
-        in_output = False
+        parent, in_output, cell_classes = block.parent, False, []
         while parent is not None:
-            if "cell_output" in parent.get("classes", []):
-                in_output = True
+            classes = parent.get("classes", [])
+            in_output = in_output or "cell_output" in classes
+            if "cell" in classes:
+                cell_classes = classes
                 break
             parent = parent.parent
-        if in_output and is_columns(block.astext()):
+        if not in_output:
+            continue
+        if is_columns(block.astext()):
             block["classes"].append("gpuformer-columns")
+        said = block.astext().splitlines()
+        if any(line.startswith(UNANSWERED) for line in said) and "tag_solution" not in cell_classes:
+            block["classes"].append("gpuformer-unanswered")
 
 
 def _script_key(script: Any) -> tuple:
