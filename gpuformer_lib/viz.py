@@ -266,22 +266,29 @@ PRECISION_SETTINGS = {
 
 def memory_report_html(memory, gpu_gib: float | None = None, title: str = "", peak=None) -> str:
     """An HTML table of a ``TrainingMemory`` with a bar per row, and whether it fits ``gpu_gib``. With ``peak``
-    (``memory.predicted_peak(...)``) the total reads "saved tensors", a row adds the predicted peak, and the
-    verdict is the peak's."""
+    (``memory.predicted_peak(...)``) the total reads "saved tensors (the sum above)", a row adds the predicted
+    peak (its moment holds the loss's temporaries, so a zero "loss temporaries" row is left out), and the verdict
+    is the peak's. With ``gpu_gib`` a last row gives the GPU's memory; every bar is on the largest row's scale,
+    so the peak's bar stands beside the GPU's."""
     if not (hasattr(memory, "rows") and hasattr(memory, "total")):
         raise TypeError(f"memory must be a TrainingMemory (memory.training_memory(...)), got {type(memory).__name__}")
     if gpu_gib is not None and not 0 < gpu_gib < math.inf:
         raise ValueError(f"gpu_gib must be the GPU's memory in GiB (> 0) or None, got {gpu_gib!r}")
-    total = max(memory.total, 1)
     rows = []
-    shown = [(("saved tensors" if peak is not None and name == "total" else name), value)
-             for name, value in memory.rows()]
+    shown = [(("saved tensors (the sum above)" if peak is not None and name == "total" else name), value)
+             for name, value in memory.rows()
+             if not (peak is not None and name == "loss_temporaries" and value == 0)]  # the peak's moment has them
     if peak is not None:
         shown.append((f"predicted peak (at the {peak.moment})", peak.peak))
+    if gpu_gib:
+        shown.append(("the GPU's memory", round(gpu_gib * 2**30)))
+    # every bar on one scale, the largest row's, so the peak's bar and the GPU's can be compared at a glance
+    scale = max(1, max(value for _, value in shown))
     for name, value in shown:
-        width = 100 * value / total
-        bar = (f'<div style="background:#4c72b0;height:0.8em;width:{min(width, 100):.1f}%"></div>'
-               if name not in ("total", "saved tensors") and not name.startswith("predicted peak") else "")
+        colour = ("#c44e52" if name.startswith("predicted peak") else "#8c8c8c" if name == "the GPU's memory"
+                  else "" if name in ("total", "saved tensors (the sum above)") else "#4c72b0")
+        bar = (f'<div style="background:{colour};height:0.8em;width:{min(100 * value / scale, 100):.1f}%"></div>'
+               if colour else "")
         rows.append(f"<tr><td>{name.replace('_', ' ')}</td><td style='text-align:right;white-space:nowrap'>"
                     f"{value / 2**30:.2f} GiB</td><td style='width:50%'>{bar}</td></tr>")
     verdict = ""

@@ -214,6 +214,17 @@ def test_the_page_recomputes_in_chromium(tmp_path):
             assert second.locator(".gpuformer-memcalc-result").inner_html() == page.evaluate(
                 as_parsed, calculator_report_html(data, CalculatorChoice("GPT-2 small (12 x 768)"))), \
                 "changing one calculator changed the other"
+            # the ranks count only when something is sharded: inactive otherwise, as the control shows
+            ranks = first.locator("[data-control='ranks']")
+            assert ranks.is_disabled()
+            first.locator("[data-control='sharding']").select_option("3")
+            assert ranks.is_enabled()
+            first.locator("[data-control='sharding']").select_option("0")
+            assert ranks.is_disabled()
+            # the peak's bar and the GPU's on one scale; no row of zero loss temporaries
+            shown = first.locator(".gpuformer-memcalc-result").inner_html()
+            assert "the GPU's memory" in shown and "saved tensors (the sum above)" in shown
+            assert "loss temporaries" not in shown and "#c44e52" in shown
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= 400, f"the page is {width} px wide at a 400 px screen"
             assert not errors, errors

@@ -41,6 +41,15 @@ var gpuformerMemoryCalculator = (function () {
     return (negative ? "-" : "") + text;
   }
 
+  // Python's round(x) for x >= 0: the nearest integer, ties to even
+  function pyRound(x) {
+    var floor = Math.floor(x), rest = x - floor;
+    if (rest > 0.5 || (rest === 0.5 && floor % 2 === 1)) {
+      return floor + 1;
+    }
+    return floor;
+  }
+
   // Python's html.escape(text, quote=True)
   function escapeHtml(text) {
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
@@ -129,17 +138,24 @@ var gpuformerMemoryCalculator = (function () {
   // viz.memory_report_html(memory, gpuGib, title, peak)
   function reportHtml(peak, gpuGib, title) {
     var saved = peak.saved;
-    var total = Math.max(saved.total, 1);
     var names = ["weights", "gradients", "optimizer", "master_weights", "activations", "recomputed",
       "loss_temporaries"];
-    var shown = names.map(function (name) { return [name, saved[name]]; });
-    shown.push(["saved tensors", saved.total]);
+    var shown = names.filter(function (name) { return !(name === "loss_temporaries" && saved[name] === 0); })
+      .map(function (name) { return [name, saved[name]]; });
+    shown.push(["saved tensors (the sum above)", saved.total]);
     shown.push(["predicted peak (at the " + peak.moment + ")", peak.peak]);
+    if (gpuGib) {
+      shown.push(["the GPU's memory", pyRound(gpuGib * GIB)]);
+    }
+    // every bar on one scale, the largest row's, so the peak's bar and the GPU's can be compared at a glance
+    var scale = Math.max(1, Math.max.apply(null, shown.map(function (row) { return row[1]; })));
     var rows = shown.map(function (row) {
       var name = row[0], value = row[1];
-      var width = 100 * value / total;
-      var bar = (name !== "saved tensors" && name.indexOf("predicted peak") !== 0)
-        ? '<div style="background:#4c72b0;height:0.8em;width:' + formatFixed(Math.min(width, 100), 1) + '%"></div>'
+      var colour = name.indexOf("predicted peak") === 0 ? "#c44e52" : name === "the GPU's memory" ? "#8c8c8c"
+        : name === "saved tensors (the sum above)" ? "" : "#4c72b0";
+      var bar = colour
+        ? '<div style="background:' + colour + ';height:0.8em;width:' +
+          formatFixed(Math.min(100 * value / scale, 100), 1) + '%"></div>'
         : "";
       return "<tr><td>" + name.replace(/_/g, " ") + "</td><td style='text-align:right;white-space:nowrap'>" +
         formatFixed(value / GIB, 2) + " GiB</td><td style='width:50%'>" + bar + "</td></tr>";
@@ -221,10 +237,14 @@ var gpuformerMemoryCalculator = (function () {
     var result = root.querySelector(".gpuformer-memcalc-result");
     var batchShown = root.querySelector("[data-shows='batch_size']");
     var note = root.querySelector(".gpuformer-memcalc-static-note");
+    var ranks = root.querySelector("[data-control='ranks']");
     function update() {
       var choice = readChoice(root);
       if (batchShown) {
         batchShown.textContent = String(choice.batch_size);
+      }
+      if (ranks) {
+        ranks.disabled = choice.sharding === 0;  // nothing is sharded: the ranks do not count
       }
       result.innerHTML = compute(data, choice).html;
     }
@@ -241,7 +261,7 @@ var gpuformerMemoryCalculator = (function () {
   }
 
   return {
-    floorDiv: floorDiv, formatFixed: formatFixed, escapeHtml: escapeHtml,
+    floorDiv: floorDiv, formatFixed: formatFixed, escapeHtml: escapeHtml, pyRound: pyRound,
     layerActivationBytes: layerActivationBytes, trainingMemory: trainingMemory, predictedPeak: predictedPeak,
     reportHtml: reportHtml, settingsFor: settingsFor, titleFor: titleFor, compute: compute, mount: mount
   };
