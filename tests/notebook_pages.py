@@ -180,7 +180,10 @@ def assert_speed_words(words: str) -> None:
     m = re.search(r"(\d+\.\d+)x.*rounds: (\d+\.\d+)x-(\d+\.\d+)x", words)
     if m:
         value, low, high = (float(g) for g in m.groups())
-        assert low <= value + 0.01 and value <= high + 0.01, words  # the median lies in the middle half
+        # the value is time to quality before / after (the rows' median times), the range the middle half of the
+        # rounds' own speedups: two statistics of the same rounds, close but not nested (chapter 15's book run:
+        # 1.05x beside 0.99x-1.03x), so only a far-off value fails
+        assert low / 1.1 <= value <= high * 1.1, words
         rule = lambda v, lo, hi: ("sooner" if lo > 1 and v > 1.02 else  # noqa: E731
                                   "slower" if hi < 1 and v < 1 / 1.02 else "about as long")
         assert any(rule(v, lo, hi) in words for v in near(value) for lo in near(low) for hi in near(high)), words
