@@ -164,8 +164,12 @@ def test_checkpoint_loads_with_weights_only(tmp_path):
 
 
 def test_gradient_accumulation_equals_one_large_batch():
-    big = dataclasses.replace(CONFIG, max_steps=1, warmup_steps=0, schedule="constant", grad_clip=None)
-    m1, m2 = model(), model()
+    # eps = 1: AdamW's first step is lr * g / (|g| + eps), which for eps << |g| is lr * sign(g), blind to a
+    # gradient's scale (an accumulation that forgot to divide by its steps would pass); with eps = 1 it follows g.
+    # In float64: where a gradient is near 0, a float32 rounding difference between the two orders of summation
+    # moved a weight by 1.7e-5 on one CPU (an Intel Xeon).
+    big = dataclasses.replace(CONFIG, max_steps=1, warmup_steps=0, schedule="constant", grad_clip=None, eps=1.0)
+    m1, m2 = model().double(), model().double()
     train(m1, loss_fn, lambda i: get_batch(0, batch_size=16), big)
     halves = lambda i: tuple(t[8 * i: 8 * (i + 1)] for t in get_batch(0, batch_size=16))  # noqa: E731
     train(m2, loss_fn, halves, dataclasses.replace(big, grad_accum_steps=2))
