@@ -61,6 +61,11 @@ def _simple(statement) -> bool:
     return False
 
 
+NOT_REHEARSING = re.compile(r"not (\w+\.rehearsal|getattr\(\w+, 'rehearsal', False\))")
+"""The test of an ``if`` whose body runs in every run but a rehearsal: CI's own CPU run among them, so its body
+is tested like any other cell's (chapter 14 checks its L2 grid's optimum there, not at a rehearsal's toy sizes)."""
+
+
 def branch_problems(source: str) -> list[str]:
     """Lines of device-dependent ``if`` statements that hold more than calls and plain assignments."""
     problems = []
@@ -68,6 +73,8 @@ def branch_problems(source: str) -> list[str]:
         if isinstance(node, (ast.If, ast.IfExp)) and DEVICE_TEST.search(ast.unparse(node.test)):
             if isinstance(node, ast.IfExp):
                 continue  # an expression: chooses a value, holds no statements
+            if NOT_REHEARSING.fullmatch(ast.unparse(node.test)) and not node.orelse:
+                continue
             for statement in node.body + node.orelse:
                 if isinstance(statement, ast.If) and statement in node.orelse:
                     continue  # an elif: checked as an if of its own
@@ -81,6 +88,12 @@ def test_the_rule_itself_catches_logic_in_a_gpu_branch():
     good = ("if on_gpu:\n    peak = memory.measure_peak_memory(step, device)\n    print(peak)\n"
             "else:\n    peak = None\n")
     assert len(branch_problems(bad)) == 2 and branch_problems(good) == []
+    # a check that every run but a rehearsal makes is tested by CI's CPU run; one only a rehearsal (or a GPU)
+    # makes, or an else beside it, is not
+    assert branch_problems("if not profile.rehearsal:\n    assert a < b\n") == []
+    assert len(branch_problems("if profile.rehearsal:\n    assert a < b\n")) == 1
+    assert len(branch_problems("if not profile.rehearsal:\n    pass\nelse:\n    assert a < b\n")) == 1
+    assert len(branch_problems("if not on_gpu or profile.rehearsal:\n    assert a < b\n")) == 1
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
