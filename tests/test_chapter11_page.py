@@ -151,7 +151,7 @@ def test_zero1_shards_adamw_state_and_equals_one_process(cells):
     writes ZeRO-1 (distributed.ShardedAdamW), run in the equivalence launch, 1/N of AdamW's state per rank."""
     code = pages.text(cells, "code")
     assert 'z1 = eq["zero1"]' in code and "show_source(distributed.ShardedAdamW)" in code
-    assert 'assert z1["gap_to_replicated"] < 1e-7 and z1["weight_gap"] < 1e-6' in code
+    assert 'assert z1["gap_to_replicated"] < 1e-7 and z1["weight_gap"] < 1e-5' in code
     glued = pages.glued(cells)
     n = int(glued["z1_ranks"])
     assert abs(float(glued["z1_share"]) - 1 / n) < 0.01
