@@ -21,8 +21,8 @@ their imports, at any depth):
    ``sequence_parallel``, ``pipeline_orders``, ``pipeline_schedules``, ``expert_parallel``.
 7. Case studies and after training: ``case_study``, ``translation_task``, ``retrieval`` (chapter 13's
    baseline and its scores), ``proteins``, ``forecasting``, ``ltsf``, ``toolchain``, ``deploy``, ``compression``.
-8. The course's machinery: ``viz``, ``diagrams``, ``drawings``, ``book_run``, ``exercises``, ``gpu_suite``, ``tools``,
-   ``workers``.
+8. The course's machinery: ``figures``, ``viz``, ``diagrams``, ``drawings``, ``book_run``, ``exercises``, ``gpu_suite``,
+   ``tools``, ``workers``.
 
 ``device`` re-exports the names of ``hardware`` and ``profiles`` for the notebooks.
 

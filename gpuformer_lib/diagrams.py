@@ -34,7 +34,6 @@ def _stack(ax, x, y0, sublayers, label, label_side=-1):
     for name, kind in sublayers:
         _box(ax, x, y + 0.1, 1.9, 0.3, "LayerNorm", "norm", 7)
         _box(ax, x, y + 0.5, 1.9, 0.36, name, kind)
-        ax.text(x + 1.05, y + 0.73, "dropout, +", fontsize=6.5, ha="left", va="center", color="dimgrey")
         _arrow(ax, (x, y + 0.26), (x, y + 0.32))
         ax.plot([x - 1.1, x - 1.1], [y - 0.05, y + 0.85], color="dimgrey", lw=0.8)  # the residual path
         ax.plot([x - 0.95, x - 1.03], [y + 0.6, y + 0.7], color="dimgrey", lw=0.8)  # sublayer -> the add
@@ -47,7 +46,7 @@ def _stack(ax, x, y0, sublayers, label, label_side=-1):
     return y
 
 
-def encoder_decoder_figure(figsize=(8.5, 5.6)):
+def encoder_decoder_figure(figsize=(6, 7.5)):
     """The encoder-decoder Transformer, pre-LN, as a matplotlib figure (returned, not shown)."""
     fig, ax = plt.subplots(figsize=figsize)
     ax.set_xlim(-1.1, 6.4)
@@ -56,14 +55,14 @@ def encoder_decoder_figure(figsize=(8.5, 5.6)):
     enc_x, dec_x = 0.8, 4.2
     # inputs
     _box(ax, enc_x, -1.3, 2.2, 0.4, "source ids (B, S)", "embed")
-    _box(ax, enc_x, -0.55, 2.4, 0.5, "embedding x sqrt(C)\n+ positions, dropout", "embed", 7.5)
+    _box(ax, enc_x, -0.55, 2.4, 0.5, "embedding $\\times\\sqrt{C}$\n+ positions, dropout", "embed", 7.5)
     _arrow(ax, (enc_x, -1.1), (enc_x, -0.8))
     _box(ax, dec_x, -1.3, 2.2, 0.4, "target ids (B, T)", "embed")
-    _box(ax, dec_x, -0.55, 2.4, 0.5, "embedding x sqrt(C)\n+ positions, dropout", "embed", 7.5)
+    _box(ax, dec_x, -0.55, 2.4, 0.5, "embedding $\\times\\sqrt{C}$\n+ positions, dropout", "embed", 7.5)
     _arrow(ax, (dec_x, -1.1), (dec_x, -0.8))
     # stacks
     top_enc = _stack(ax, enc_x, 0.2, [("self-attention", "attn"), ("feed-forward", "ff")], "encoder layer x N")
-    top_dec = _stack(ax, dec_x, 0.2, [("causal self-attention", "attn"), ("cross-attention", "attn"),
+    top_dec = _stack(ax, dec_x, 0.2, [("causal self-attn.", "attn"), ("cross-attention", "attn"),
                                       ("feed-forward", "ff")], "decoder layer x N", label_side=1)
     _arrow(ax, (enc_x, -0.3), (enc_x, 0.0))
     _arrow(ax, (dec_x, -0.3), (dec_x, 0.0))
@@ -72,12 +71,12 @@ def encoder_decoder_figure(figsize=(8.5, 5.6)):
     # memory -> cross-attention
     ax.annotate("", xy=(dec_x - 0.95, 1.75), xytext=(enc_x + 0.95, top_enc + 0.2),
                 arrowprops=dict(arrowstyle="-|>", lw=1.0, color="tab:red", connectionstyle="arc3,rad=-0.2"))
-    ax.text((enc_x + dec_x) / 2 - 0.3, top_enc + 0.5, "memory (B, S, C):\nkeys and values", fontsize=7,
+    ax.text((enc_x + dec_x) / 2 - 0.55, top_enc + 0.5, "memory (B, S, C):\nkeys and values", fontsize=7,
             color="tab:red", ha="center")
     # output
-    _box(ax, dec_x, top_dec + 0.95, 2.6, 0.5, "linear to vocabulary (tied to the\ntarget embedding, x C^-1/2)", "out", 7)
+    _box(ax, dec_x, top_dec + 0.95, 2.9, 0.55, "linear to vocabulary (tied\nto the embedding, $\\times C^{-1/2}$)", "out", 7)
     _arrow(ax, (dec_x, top_dec + 0.35), (dec_x, top_dec + 0.7))
     ax.text(dec_x, top_dec + 1.45, "logits (B, T, V) -> softmax / loss", ha="center", fontsize=8)
     ax.set_title("The encoder-decoder Transformer as this library builds it (pre-LN; grey line and (+): the residual "
-                 "path)", fontsize=9.5)
+                 "path, after dropout)", fontsize=9.5)
     return fig

@@ -292,12 +292,13 @@ def plot_timelines(schedules: Sequence[Schedule], axes=None):
     coloured bars labelled with their micro-batch, the gaps are the bubble. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
+    from matplotlib.transforms import offset_copy
 
     schedules = list(schedules)
     if not schedules:
         raise ValueError("plot_timelines needs at least one schedule")
     if axes is None:
-        fig, axes = plt.subplots(len(schedules), 1, figsize=(10, 1.0 + 1.1 * sum(s.stages for s in schedules) / 2),
+        fig, axes = plt.subplots(len(schedules), 1, figsize=(6, 1.6 + 1.3 * sum(s.stages for s in schedules) / 2),
                                  squeeze=False)
         axes = axes[:, 0]
     fig = axes[0].figure
@@ -322,7 +323,9 @@ def plot_timelines(schedules: Sequence[Schedule], axes=None):
         ax.set_title(f"{label}: step {s.step_time:g}, bubble {s.bubble_fraction:.0%}, "
                      f"peak in flight {max(s.peak_in_flight):g} micro-batches", fontsize=9)
     axes[-1].set_xlabel("time (units of one forward through one device's layers)")
-    axes[0].legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLOURS.items()], loc="lower right",
-                   bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=3, frameon=False)
+    # the key under the last panel's axis label (an offset of 4 lines of text), where it covers no title
+    under = offset_copy(axes[-1].transAxes, fig=fig, y=-4 * plt.rcParams["font.size"], units="points")
+    axes[-1].legend(handles=[Patch(color=c, label=k) for k, c in _KIND_COLOURS.items()], loc="upper center",
+                    bbox_to_anchor=(0.5, 0), bbox_transform=under, ncol=3, frameon=False)
     fig.tight_layout()
     return fig

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import importlib.resources
-import io
 import itertools
 import json
 import math
@@ -29,7 +28,10 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from gpuformer_lib import figures
 from gpuformer_lib._checks import require_bools
+
+figures.install()  # a notebook that imports this module shows its figures fitted and checked for a phone
 
 
 class _PlainText:
@@ -118,29 +120,38 @@ def plot_roofline(
         if len(ceiling) != 2 or not 0 < ceiling[1] < math.inf:
             raise ValueError(f"each extra ceiling is (label, FLOP/s > 0), got {ceiling!r}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
+        _, ax = plt.subplots(figsize=(6, 5.5))
     ridge = peak_flops / bandwidth
     intensities = [p[1] for p in points] + [ridge]
     lo, hi = min(intensities) / 4, max(intensities) * 4
     xs = [lo, ridge, hi]
     ax.plot(xs, [min(peak_flops, x * bandwidth) for x in xs], color="black", lw=2,
             label=f"roof: {peak_flops / 1e12:.3g} TFLOP/s, {bandwidth / 1e9:.3g} GB/s")
-    ax.axvline(ridge, color="grey", ls=":", lw=1)
-    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak_flops), textcoords="offset points",
-                xytext=(4, -14), fontsize=8, color="grey")
+    ax.axvline(ridge, color="grey", ls=":", lw=1, label=f"ridge: {ridge:.3g} FLOP/byte")
     for label, flops in extra_ceilings:
         ax.plot([flops / bandwidth, hi], [flops, flops], ls="--", lw=1, label=f"{label}: {flops / 1e12:.3g} TFLOP/s")
-    for label, intensity, achieved in points:
-        ax.scatter([intensity], [achieved], zorder=3, s=36)
-        ax.annotate(label, (intensity, achieved), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    # each operation a marker of its own, named in the legend: labels beside the points fell on each other
+    for (label, intensity, achieved), marker in zip(points, itertools.cycle("os^DvP*X")):
+        ax.scatter([intensity], [achieved], zorder=3, s=44, marker=marker, label=figures.math_label(label))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
     ax.set_ylabel("FLOP/s")
     ax.set_title(f"Roofline{': ' + device_name if device_name else ''}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    legend_below(ax)
     return ax
+
+
+def legend_below(ax: plt.Axes, ncol: int = 1):
+    """The axes' legend under the plot, where it covers no line and has the figure's width: what a figure with
+    many named lines needs on a phone."""
+    from matplotlib.transforms import offset_copy
+
+    # anchored under the x axis's tick labels and label, whatever the axes' height (5 lines of text below it)
+    under_the_label = offset_copy(ax.transAxes, fig=ax.figure, y=-5 * plt.rcParams["font.size"], units="points")
+    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=under_the_label, ncol=ncol,
+                     frameon=False)
 
 
 def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence[str], *,
@@ -156,7 +167,7 @@ def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 4))
     ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
-    ax.set_xticks(range(len(key_labels)), key_labels, fontsize=8)
+    ax.set_xticks(range(len(key_labels)), key_labels, fontsize=8, rotation=90)  # upright: tokens side by side
     ax.set_yticks(range(len(query_labels)), query_labels, fontsize=8)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
@@ -172,10 +183,10 @@ def _as_array(weights) -> np.ndarray:
 
 
 def _png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()
+    try:
+        return figures.render_png(fig, strict=False)[0]
+    finally:
+        plt.close(fig)
 
 
 def attention_explorer(weights, query_labels: Sequence[str], key_labels: Sequence[str]):

@@ -70,6 +70,30 @@ def _describe_in_subprocess() -> tuple[dict, str]:
     return hardware, preset
 
 
+def _refuse_error_outputs(nb) -> None:
+    """Raise :class:`CellExecutionError` for an error a cell showed without failing: IPython catches what a
+    display formatter raises (``gpuformer_lib.figures`` refusing an unreadable figure) and shows it as an error
+    output, while the cell itself succeeds."""
+    shown = [f"cell {index}: {output.get('ename', 'Error')}: {output.get('evalue', '')}"
+             for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+    if shown:
+        raise CellExecutionError("cells showed errors without failing:\n" + "\n".join(shown),
+                                 "ShownError", shown[0])
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _drop_unshown_widget_state(nb) -> None:
+    """Forget the widgets' state when no output shows a widget: the book loads the 4 MB widget bundle on every
+    page whose notebook stores widget state, and a widget made but never shown needs none."""
+    shown = any(WIDGET_VIEW in output.get("data", {}) for cell in nb.cells if cell.cell_type == "code"
+                for output in cell.get("outputs", []))
+    if not shown:
+        nb.metadata.pop("widgets", None)
+
+
 def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python3",
                      described: tuple[dict, str] | None = None) -> float:
     """Run ``path`` in place; return the seconds it took. Raises one of :data:`NOTEBOOK_FAILURES` if it
@@ -81,6 +105,8 @@ def execute_notebook(path: Path, timeout: int = 1800, kernel_name: str = "python
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
+    _refuse_error_outputs(nb)
+    _drop_unshown_widget_state(nb)
     hardware, preset = described or _describe_in_subprocess()
     nb.metadata[METADATA_KEY] = {
         "executed_at": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -1,0 +1,157 @@
+"""Figures fitted and checked for a phone (gpuformer_lib.figures), and every figure stored in the notebooks."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from gpuformer_lib import figures  # noqa: E402
+from gpuformer_lib.tools.notebooks import notebook_paths, read_notebook  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    plt.close("all")
+
+
+def test_phone_text_px_shrinks_text_with_a_wide_png_only():
+    assert figures.phone_text_px(20, 716) == pytest.approx(10.0)
+    assert figures.phone_text_px(12, 300) == 12  # narrower than the column: shown at its own size
+    with pytest.raises(ValueError, match="positive"):
+        figures.phone_text_px(0, 700)
+
+
+def test_a_wide_figure_with_tiny_text_is_fitted_until_it_reads_on_a_phone():
+    """Chapter 1's old roofline pair: 13 inches wide, legend at 7 pt, about 3 px on a phone."""
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax in axes:
+        ax.plot([1, 2, 3], label="a line")
+        ax.legend(fontsize=7)
+    data, report = figures.render_png(fig)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.width_px == struct.unpack(">I", data[16:20])[0]
+    assert report.width_px <= figures.MAX_WIDTH_IN * figures.DPI * 1.1
+    assert report.phone_text_px >= figures.MIN_TEXT_PX
+    assert report.phone_text_px == pytest.approx(report.min_text_px * figures.PHONE_COLUMN_PX / report.width_px)
+    assert not report.problems
+
+
+def test_a_long_title_wraps_instead_of_widening_the_png():
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([1, 2])
+    ax.set_title("a title far too long for one line of a phone's figure, " * 3)
+    _, report = figures.render_png(fig)
+    assert report.width_px <= figures.MAX_WIDTH_IN * figures.DPI * 1.1
+    assert report.phone_text_px >= figures.MIN_TEXT_PX
+
+
+@pytest.mark.parametrize("label, wrong", [
+    ("attention QK^T", True),       # the review's raw caret
+    ("x_1 against x_2", True),
+    ("n^3 flops", True),
+    ("$QK^\\top$ scores", False),
+    ("d_model = 512", False),     # an identifier, not a subscript
+    ("loss (nats)", False),
+])
+def test_math_written_as_plain_text_is_named(label, wrong):
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2])
+    ax.set_xlabel(label)
+    _, report = figures.render_png(fig, strict=False)
+    assert any("math as plain text" in p for p in report.problems) == wrong
+    if wrong:
+        with pytest.raises(figures.UnreadableFigure, match="between \\$ signs"):
+            figures.render_png(fig)
+
+
+def test_two_labels_on_top_of_each_other_are_refused_by_name():
+    """The review's "GELU" drawn on "layer norm"."""
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([1, 2])
+    ax.annotate("GELU", (0.5, 1.5))
+    ax.annotate("layer norm", (0.5, 1.5))
+    with pytest.raises(figures.UnreadableFigure, match="'GELU' overlaps 'layer norm'"):
+        figures.render_png(fig)
+    _, report = figures.render_png(fig, strict=False)
+    assert len(report.problems) == 1
+
+
+def test_labels_apart_pass_and_the_report_reads_as_metadata():
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.annotate("GELU", (0.1, 0.8))
+    ax.annotate("layer norm", (0.7, 0.1))
+    _, report = figures.render_png(fig)
+    meta = report.as_metadata()
+    assert meta["problems"] == [] and meta["width_px"] == report.width_px
+    assert meta["phone_text_px"] >= figures.MIN_TEXT_PX
+
+
+def test_install_needs_an_ipython():
+    assert figures.install() is False  # pytest is no IPython kernel
+
+
+AWAITING_BOOK_RUN = {
+    "13_translation_case_study.ipynb", "14_protein_case_study.ipynb", "15_forecasting_case_study.ipynb",
+}
+"""The case studies store the outputs of their book runs (about 25 minutes each on 2 CPU cores), made before
+figures were fitted: their figures are refitted when those runs are next made (`make outputs NOTEBOOKS=...`);
+until then they are left out here, and :func:`test_the_figures_awaiting_a_book_run_are_still_the_old_ones`
+fails as soon as one of them has been rerun, so the exemption cannot outlive its reason. Their figure code runs
+through the check in every CI run all the same (nbval's small run)."""
+
+
+def _stored_figures(pending: bool = False):
+    for path in notebook_paths():
+        if (path.name in AWAITING_BOOK_RUN) != pending:
+            continue
+        nb = read_notebook(path)
+        for index, cell in enumerate(nb.cells):
+            for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if "image/png" in output.get("data", {}):
+                    yield path.name, index, output
+
+
+def test_every_stored_figure_was_fitted_and_reads_on_a_phone():
+    """Each PNG a notebook stores (what the book shows) carries the report that figures.render_png made when it
+    was drawn, for this very PNG (its width), with text of at least 9 px on a phone and no problem."""
+    problems, seen = [], 0
+    for name, index, output in _stored_figures():
+        seen += 1
+        report = output.get("metadata", {}).get("image/png", {}).get(figures.METADATA_KEY)
+        where = f"{name} cell {index}"
+        if report is None:
+            problems.append(f"{where}: a figure not drawn through gpuformer_lib.figures (re-execute the notebook)")
+            continue
+        width = struct.unpack(">I", base64.b64decode(output["data"]["image/png"])[16:20])[0]
+        if width != report["width_px"]:
+            problems.append(f"{where}: its report is of a PNG {report['width_px']} px wide, this one is {width}")
+        if report["phone_text_px"] < figures.MIN_TEXT_PX or report["problems"]:
+            problems.append(f"{where}: {report}")
+    assert seen >= 40, f"only {seen} figures stored in the notebooks"
+    assert not problems, "\n".join(problems)
+
+
+def test_the_figures_awaiting_a_book_run_are_still_the_old_ones():
+    stale = [(name, index) for name, index, output in _stored_figures(pending=True)
+             if figures.METADATA_KEY not in output.get("metadata", {}).get("image/png", {})]
+    names = {name for name, _ in stale}
+    assert names == AWAITING_BOOK_RUN, (f"{sorted(AWAITING_BOOK_RUN - names)} store fitted figures now: take them "
+                                        "out of AWAITING_BOOK_RUN")
+
+
+def test_crowded_minor_labels_of_a_short_log_axis_are_left_out():
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([60, 400], [60, 400])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _, report = figures.render_png(fig)
+    assert not report.problems
