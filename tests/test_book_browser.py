@@ -414,3 +414,173 @@ def test_drawings_are_on_their_pages_and_readable_at_both_widths(site, browser, 
                     problems.append(f"{path}: {name} reaches {right:.0f} px, past the column's {column:.0f} px")
     assert len(seen) >= 8, f"only {len(seen)} drawn SVG figures in the book: {seen}"
     assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ what a phone reader meets (issue: the book)
+
+PHONE = 390
+
+WIDE = """(column) => {
+  const found = [];
+  const scroller = (el) => {
+    for (let box = el.parentElement; box && box.tagName !== 'ARTICLE'; box = box.parentElement) {
+      const x = getComputedStyle(box).overflowX;
+      if (x === 'auto' || x === 'scroll') return box;
+    }
+    return null;
+  };
+  for (const el of document.querySelectorAll('article table, article .cell_output pre, article .cell_output img')) {
+    if (el.closest('.gpuview-block, .gv-appendix-block')) continue;  // the GPU views have their own test
+    const r = el.getBoundingClientRect();
+    if (!r.width || r.right <= column + 1) continue;
+    const box = el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible' ? el : scroller(el);
+    const name = el.tagName.toLowerCase() + ' "' + el.innerText.trim().slice(0, 40) + '"';
+    if (!box || box.getBoundingClientRect().right > column + 1) found.push(name + ' runs past the column');
+    else if (!box.classList.contains('gpuformer-scrolls')) found.push(name + ' scrolls with no cue that it does');
+  }
+  return found;
+}"""
+"""Each table, text output and figure that reaches past the text column: past it for good, or scrolling inside a
+box that does not say so (the box's class ``gpuformer-scrolls``, set by gpuformer-book.js, shows the cue)."""
+
+
+def _figure_reports() -> dict[str, dict]:
+    """The report gpuformer_lib.figures stored with each PNG output of the notebooks, by the PNG's SHA-256: the
+    book writes each PNG output to a file of its own."""
+    import base64
+    import hashlib
+
+    from gpuformer_lib import figures
+    from gpuformer_lib.tools.notebooks import notebook_paths, read_notebook
+
+    reports = {}
+    for path in notebook_paths():
+        for cell in read_notebook(path).cells:
+            for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if "image/png" in output.get("data", {}):
+                    digest = hashlib.sha256(base64.b64decode(output["data"]["image/png"])).hexdigest()
+                    reports[digest] = output.get("metadata", {}).get("image/png", {}).get(figures.METADATA_KEY)
+    return reports
+
+
+def _pending_book_runs() -> set[str]:
+    from test_figures import AWAITING_BOOK_RUN
+
+    return {f"notebooks/{name.removesuffix('.ipynb')}.html" for name in AWAITING_BOOK_RUN}
+
+
+@pytest.mark.parametrize("width", [PHONE, 1280])
+def test_tables_outputs_and_figures_fit_the_column_and_read(site, browser, width):
+    """At a phone's width and a desktop's, on every page: the page never scrolls sideways; a table, text output or
+    figure wider than the column scrolls inside a box that shows it does; no word in a table is broken inside;
+    every figure's smallest text shows at 9 CSS px or more (its report from gpuformer_lib.figures, scaled by the
+    width the page shows it at)."""
+    import hashlib
+
+    from gpuformer_lib import figures
+
+    root, base = site
+    reports, pending = _figure_reports(), _pending_book_runs()
+    problems, figures_seen = [], 0
+    with Page(browser, width=width, height=900) as view:
+        for path in toc_pages():
+            page = view.open(f"{base}/{path}")
+            column = page.evaluate("() => document.querySelector('article.bd-article').getBoundingClientRect()"
+                                   ".right")
+            wide = page.evaluate("() => document.documentElement.scrollWidth")
+            if wide > width + 1:
+                problems.append(f"{path}: the page scrolls sideways ({wide} px wide at {width} px)")
+            problems += [f"{path}: {p} at {width} px" for p in page.evaluate(WIDE, column)]
+            if width == PHONE:
+                for i, table in enumerate(page.locator("article table:not(.gpuview-block table)").all()):
+                    if table.evaluate("(t) => !!t.closest('.gpuview-block, .gv-appendix-block')"):
+                        continue
+                    broken = table.evaluate(BROKEN_WORDS)
+                    if broken:
+                        problems.append(f"{path}: table {i} breaks words inside at {width} px: {broken[:4]}")
+            if path in pending:
+                continue
+            for src, natural, shown in page.evaluate(
+                    "() => [...document.querySelectorAll('article .cell_output img')].filter(i => "
+                    "/\\.png$/.test(i.getAttribute('src') || '')).map(i => [i.getAttribute('src'), i.naturalWidth, "
+                    "i.getBoundingClientRect().width])"):
+                figures_seen += 1
+                file = (root / path).parent / src
+                report = reports.get(hashlib.sha256(file.read_bytes()).hexdigest()) if file.exists() else None
+                if report is None:
+                    problems.append(f"{path}: figure {src} was not drawn through gpuformer_lib.figures")
+                    continue
+                px = report["min_text_px"] * shown / natural
+                if px < figures.MIN_TEXT_PX:
+                    problems.append(f"{path}: figure {src}'s smallest text shows at {px:.1f} px at {width} px")
+    assert figures_seen >= 30, f"only {figures_seen} figures checked"
+    assert not problems, "\n".join(problems)
+
+
+PAGE_BYTES = 3_000_000
+"""The most a page may load, in bytes, when it has no widget: a phone on a slow line still opens it."""
+MATHJAX = "mathjax/tex-svg-full.js"
+
+
+def test_pages_are_light(site, browser):
+    """Every page loads at most 3 MB (everything it fetches, as decoded), pages with a widget aside; a page whose
+    MathJax takes it over says so at its foot (gpuformer_book.py). The theme's icon script is cut to the icons
+    the book uses."""
+    root, base = site
+    problems, weights = [], {}
+    with Page(browser) as view:
+        for path in toc_pages():
+            page = view.open(f"{base}/{path}")
+            entries = page.evaluate("() => [performance.getEntriesByType('navigation')[0], "
+                                    "...performance.getEntriesByType('resource')].map(e => [e.name, "
+                                    "e.decodedBodySize || 0])")
+            total = sum(size for _, size in entries)
+            weights[path] = total
+            has_widget = page.locator(".jupyter-widgets, .widget-subarea").count() > 0
+            math = [name for name, _ in entries if MATHJAX in name]
+            if has_widget or total <= PAGE_BYTES:
+                continue
+            if math and total - sum(s for n, s in entries if MATHJAX in n) <= PAGE_BYTES and \
+                    page.locator(".gpuformer-weight-note").count():
+                continue
+            problems.append(f"{path}: {total / 1e6:.1f} MB, over {PAGE_BYTES / 1e6:.0f} MB, and no widget or "
+                            "note says why")
+    icons = (root / "_static" / "scripts" / "fontawesome.js").stat().st_size
+    assert icons < 300_000, f"the icon script is {icons / 1e6:.1f} MB: not cut to the icons the book uses"
+    assert not problems, "\n".join(problems) + f"\nall: { {p: round(w / 1e6, 2) for p, w in weights.items()} }"
+
+
+def _luminance(css_colour: str) -> float:
+    import re as _re
+
+    r, g, b = (int(v) for v in _re.findall(r"[\d.]+", css_colour)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def test_widgets_follow_dark_mode(site, browser):
+    """In dark mode the memory calculator's controls and the explorer's labels are light on dark, not light-grey
+    boxes on a dark page."""
+    _, base = site
+    with Page(browser) as view:
+        for path, selector in (("notebooks/09_memory_and_accumulation.html", ".gpuformer-memcalc select"),
+                               ("notebooks/03_attention.html", ".jupyter-widgets .widget-label")):
+            page = view.open(f"{base}/{path}")
+            page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
+            element = page.locator(selector).first
+            element.scroll_into_view_if_needed()
+            colour = element.evaluate("(e) => getComputedStyle(e).color")
+            assert _luminance(colour) > 0.6, f"{path}: {selector} text is {colour} in dark mode"
+            if "memcalc" in selector:
+                background = element.evaluate("(e) => getComputedStyle(e).backgroundColor")
+                assert _luminance(background) < 0.4, f"{path}: {selector} background is {background} in dark mode"
+            shot(page, f"{path.split('/')[-1][:2]}_dark.png")
+
+
+def test_search_over_a_file_url_says_to_serve_the_folder_and_logs_no_error(site, browser):
+    root, _ = site
+    with Page(browser) as view:
+        page = view.open((root / "search.html").as_uri() + "?q=attention")
+        page.wait_for_selector("#search-results ul.search li", timeout=15000)
+        page.wait_for_timeout(500)
+        assert page.locator(".gpuformer-file-search").count() == 1, "no note on why there are no excerpts"
+        assert not view.errors, f"console errors over file://: {view.errors[:3]}"

@@ -25,6 +25,10 @@ Every chapter's GPU view stores its specification in the page; the build draws e
 from the result files committed under ``bench_results/gpu/`` (``gpuformer_lib.gpu_results``, which needs no
 torch), so committing a GPU run's files shows that device on every page without re-running a chapter. The
 appendix page ``book/gpu_measurements.md`` gets every committed item on every device in place of its marker.
+
+Light pages: the theme's fontawesome.js (1.5 MB, every Font Awesome icon, on every page) is cut after the build
+to the icons the pages and their scripts name (:func:`trim_icon_script`), and a page with math says at its foot
+that MathJax (2.2 MB, shipped for offline reading) is most of its weight (:func:`note_mathjax_weight`).
 """
 
 import re
@@ -136,6 +140,84 @@ def fill_gpu_appendix(app: Sphinx, docname: str, source: list[str]) -> None:
     source[0] = source[0].replace(APPENDIX_MARK, "```{raw} html\n" + table + "\n```")
 
 
+_ICON_CLASS = re.compile(r"\bfa-([a-z0-9]+(?:-[a-z0-9]+)*)")
+_ICON_ENTRY_START = re.compile(r'var p=\{(?="?[a-z0-9-]+"?:\[\d+,\d+,\[)')
+
+
+def _icon_entries(body: str) -> list[tuple[str, str]]:
+    """The ``name:[width,height,[aliases],"unicode",path]`` entries of one of fontawesome.js's icon objects (the
+    text between its braces), as (text, the names and aliases it answers to)."""
+    entries, depth, start, in_string = [], 0, 0, False
+    for i, ch in enumerate(body):
+        if ch == '"' and body[i - 1] != "\\":
+            in_string = not in_string
+        elif not in_string and ch == "[":
+            depth += 1
+        elif not in_string and ch == "]":
+            depth -= 1
+        elif not in_string and ch == "," and depth == 0:
+            entries.append(body[start:i])
+            start = i + 1
+    entries.append(body[start:])
+    named = []
+    for entry in filter(None, entries):
+        head = re.match(r'"?([a-z0-9-]+)"?:\[\d+,\d+,\[([^\]]*)\]', entry)
+        names = [head[1]] + re.findall(r'"([a-z0-9-]+)"', head[2]) if head else []
+        named.append((entry, " ".join(names)))
+    return named
+
+
+def subset_icons(script: str, used: set[str]) -> str:
+    """fontawesome.js with only the icons in ``used`` (names or aliases) left in its three icon objects (solid,
+    regular, brands): its runtime, which draws each ``<i class="fa-...">`` as an inline SVG, is kept whole."""
+    out, pos = [], 0
+    for match in _ICON_ENTRY_START.finditer(script):
+        open_brace = match.end() - 1
+        depth, in_string, end = 0, False, open_brace
+        for end in range(open_brace, len(script)):
+            ch = script[end]
+            if ch == '"' and script[end - 1] != "\\":
+                in_string = not in_string
+            elif not in_string and ch in "{[":
+                depth += 1
+            elif not in_string and ch in "}]":
+                depth -= 1
+                if depth == 0:
+                    break
+        kept = [text for text, names in _icon_entries(script[open_brace + 1:end]) if set(names.split()) & used]
+        out.append(script[pos:open_brace + 1] + ",".join(kept))
+        pos = end
+    return "".join(out) + script[pos:]
+
+
+def trim_icon_script(app: Sphinx, exception: Exception | None) -> None:
+    """The theme's fontawesome.js (1.5 MB, every icon Font Awesome has, on every page) cut to the icons that the
+    built pages and their scripts name: about 0.1 MB."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    script = out / "_static" / "scripts" / "fontawesome.js"
+    if not script.exists():
+        return
+    used: set[str] = set()
+    for path in list(out.rglob("*.html")) + [p for p in (out / "_static").rglob("*.js") if p != script]:
+        used |= set(_ICON_CLASS.findall(path.read_text(encoding="utf-8", errors="replace")))
+    script.write_text(subset_icons(script.read_text(encoding="utf-8"), used), encoding="utf-8")
+
+
+WEIGHT_NOTE = ('<p class="gpuformer-weight-note">This page loads MathJax (about 2.2 MB), shipped with the book so '
+               "that its formulas are typeset offline, from a file as from a server; it is most of the page's "
+               "weight.</p>")
+
+
+def note_mathjax_weight(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """A page with math says at its foot why it weighs more than the others (tests/test_book_browser.py holds a
+    page to 3 MB, MathJax aside when the page says so)."""
+    body = context.get("body")
+    if body and doctree is not None and app.env.get_domain("math").has_equations(pagename):
+        context["body"] = body + WEIGHT_NOTE
+
+
 def setup(app: Sphinx) -> dict:
     # Late (priority 900), after the extensions that add a page's scripts on this event.
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)
@@ -143,4 +225,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("builder-inited", load_gpu_results)
     app.connect("html-page-context", redraw_gpu_views)
     app.connect("source-read", fill_gpu_appendix)
+    app.connect("build-finished", trim_icon_script)
+    app.connect("html-page-context", note_mathjax_weight)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
