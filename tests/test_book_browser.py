@@ -296,9 +296,9 @@ BROKEN_WORDS = """(root) => {
   while (walker.nextNode()) {
     const node = walker.currentNode;
     if (node.parentElement.closest('style, script')) continue;
-    // a word, or the part of one up to a hyphen or an identifier's underscore (a line may end after either), or
+    // a word, or the part of one up to a hyphen, an en dash or an identifier's underscore (a line may end after any), or
     // one CJK character (Japanese and Chinese break between any two)
-    const words = /[^\\s\\-_\\u3000-\\u9fff\\uff00-\\uffef]+[-_]?|[\\u3000-\\u9fff\\uff00-\\uffef]/g;
+    const words = /[^\\s\\-\\u2013_\\u3000-\\u9fff\\uff00-\\uffef]+[-\\u2013_]?|[\\u3000-\\u9fff\\uff00-\\uffef]/g;
     let m;
     while ((m = words.exec(node.textContent))) {
       range.setStart(node, m.index);

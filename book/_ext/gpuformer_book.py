@@ -200,7 +200,9 @@ def trim_icon_script(app: Sphinx, exception: Exception | None) -> None:
     if not script.exists():
         return
     used: set[str] = set()
-    for path in list(out.rglob("*.html")) + [p for p in (out / "_static").rglob("*.js") if p != script]:
+    # the pages and the theme's scripts; not the widget bundle, whose own Font Awesome 5 style sheet names them all
+    scripts = [p for p in (out / "_static").rglob("*.js") if p != script and not {"widgets", "mathjax"} & set(p.parts)]
+    for path in list(out.rglob("*.html")) + scripts:
         used |= set(_ICON_CLASS.findall(path.read_text(encoding="utf-8", errors="replace")))
     script.write_text(subset_icons(script.read_text(encoding="utf-8"), used), encoding="utf-8")
 
