@@ -12,7 +12,8 @@ and :func:`render_png` then measures what it drew (:class:`FigureReport`): the s
 it, any two texts that overlap, and any label with a caret or underscore left as plain text where math was
 meant (``QK^T``; write ``$QK^\\top$``). Asked to be strict, it raises :class:`UnreadableFigure`, naming the
 texts; a notebook's figures are drawn anyway and their problems stored. The report rides along in the PNG
-output's metadata (key :data:`METADATA_KEY`), so the tests of the stored notebooks and of the built book check every figure by the same numbers.
+output's metadata (key :data:`METADATA_KEY`), so the tests of the stored notebooks and of the built book check
+every figure by the same numbers.
 
 :func:`install` makes this what a notebook's ``plt.show()`` uses (IPython's PNG formatter for a figure); ``viz``
 calls it when a notebook imports it.
