@@ -93,10 +93,6 @@ def phone_text_px(text_px: float, width_px: float, column: float = PHONE_COLUMN_
     return text_px * min(1.0, column / width_px)
 
 
-def _texts(fig: Figure) -> list[Text]:
-    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
-
-
 def _raise_small_text(fig: Figure, points: float) -> None:
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -147,31 +143,34 @@ def _drawn_texts(fig: Figure):
     return [(t, t.get_window_extent(renderer), t.get_fontsize() * DPI / 72) for t in drawn.values()]
 
 
-def _drop_crowded_minor_labels(fig: Figure) -> None:
-    """Leave out an axis's minor tick labels (a log axis's 2x10^2, 3x10^2, ...) where two would overlap: at a
-    phone's text size a short log axis labels more minor ticks than fit."""
-    texts = {id(t): box for t, box, _ in _drawn_texts(fig)}
+def _drop_crowded_minor_labels(fig: Figure, drawn) -> bool:
+    """Leave out an axis's minor tick labels (a log axis's 2x10^2, 3x10^2, ...) where two of its ``drawn`` tick
+    labels overlap: at a phone's text size a short log axis labels more minor ticks than fit. Returns whether any
+    were left out (the figure must then be drawn again)."""
+    boxes = {id(t): box for t, box, _ in drawn}
+    dropped = False
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
-            minor = [texts[id(label)] for tick in axis.get_minor_ticks() for label in (tick.label1, tick.label2)
-                     if id(label) in texts]
-            major = [texts[id(label)] for tick in axis.get_major_ticks() for label in (tick.label1, tick.label2)
-                     if id(label) in texts]
-            if minor and _overlaps([(None, box, 0) for box in minor + major], count_only=True):
+            labels = {which: [boxes[id(label)] for tick in ticks for label in (tick.label1, tick.label2)
+                              if id(label) in boxes]
+                      for which, ticks in (("minor", axis.get_minor_ticks()), ("major", axis.get_major_ticks()))}
+            both = labels["minor"] + labels["major"]
+            if labels["minor"] and any(_overlap(a, b) for i, a in enumerate(both) for b in both[i + 1:]):
                 axis.set_minor_formatter(NullFormatter())
+                dropped = True
+    return dropped
 
 
-def _overlaps(boxes, count_only: bool = False) -> list[str]:
-    found = []
-    for i, (a, box_a, _) in enumerate(boxes):
-        for b, box_b, _ in boxes[i + 1:]:
-            wide = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
-            tall = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
-            if wide > OVERLAP_PX and tall > OVERLAP_PX:
-                if count_only:
-                    return ["overlap"]
-                found.append(f"{a.get_text()!r} overlaps {b.get_text()!r}")
-    return found
+def _overlap(box_a, box_b) -> bool:
+    """Whether two boxes share more than :data:`OVERLAP_PX` both ways."""
+    wide = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+    tall = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+    return wide > OVERLAP_PX and tall > OVERLAP_PX
+
+
+def _overlaps(drawn) -> list[str]:
+    return [f"{a.get_text()!r} overlaps {b.get_text()!r}"
+            for i, (a, box_a, _) in enumerate(drawn) for b, box_b, _ in drawn[i + 1:] if _overlap(box_a, box_b)]
 
 
 def _plain_math(texts) -> list[str]:
@@ -193,12 +192,13 @@ def render_png(fig: Figure, *, strict: bool = True) -> tuple[bytes, FigureReport
     default) a figure with problems raises :class:`UnreadableFigure` instead."""
     fit(fig)
     for _ in range(4):
-        _drop_crowded_minor_labels(fig)
+        texts = _drawn_texts(fig)
+        if _drop_crowded_minor_labels(fig, texts):
+            texts = _drawn_texts(fig)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
         data = buffer.getvalue()
         width = _png_width(data)
-        texts = _drawn_texts(fig)
         smallest = min((size for _, _, size in texts), default=TARGET_TEXT_PX * 2)
         if phone_text_px(smallest, width) >= MIN_TEXT_PX:
             break

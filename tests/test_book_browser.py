@@ -492,7 +492,7 @@ def test_tables_outputs_and_figures_fit_the_column_and_read(site, browser, width
                 problems.append(f"{path}: the page scrolls sideways ({wide} px wide at {width} px)")
             problems += [f"{path}: {p} at {width} px" for p in page.evaluate(WIDE, column)]
             if width == PHONE:
-                for i, table in enumerate(page.locator("article table:not(.gpuview-block table)").all()):
+                for i, table in enumerate(page.locator("article table").all()):
                     if table.evaluate("(t) => !!t.closest('.gpuview-block, .gv-appendix-block')"):
                         continue
                     broken = table.evaluate(BROKEN_WORDS)

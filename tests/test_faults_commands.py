@@ -554,3 +554,26 @@ def test_the_explanation_reads_what_each_rank_did_not_the_order_their_watchers_w
     (tmp_path / "rank1.json").write_text('{"rank": 1, "ret')  # cut short: ignored
     assert rank_ends.read_ends(tmp_path) == {0: End(0, -11, 1.5, None)}
     assert End(0, -11, 1.5, None).how == "killed by SIGSEGV"
+
+
+def test_execute_refuses_an_error_a_cell_showed_without_failing():
+    """IPython shows what a display formatter raises as an error output while the cell succeeds; such a run is
+    refused, naming the cell, instead of storing the error for the book."""
+    from nbclient.exceptions import CellExecutionError
+
+    nb = new_notebook(cells=[new_code_cell("print(1)"), new_code_cell("fig")])
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad figure", traceback=[])]
+    with pytest.raises(CellExecutionError, match="cell 1: ValueError"):
+        execute._refuse_error_outputs(nb)
+    nb.cells[1].outputs = []
+    execute._refuse_error_outputs(nb)
+
+
+def test_execute_keeps_widget_state_only_where_an_output_shows_a_widget():
+    """The book loads the 4 MB widget bundle on a page whose notebook stores widget state."""
+    view = {execute.WIDGET_VIEW: {"model_id": "m"}, "text/plain": "w"}
+    for outputs, kept in (([], False), ([nbformat.v4.new_output("display_data", data=view)], True)):
+        nb = new_notebook(cells=[new_code_cell("w")], metadata={"widgets": {"state": {}}})
+        nb.cells[0].outputs = outputs
+        execute._drop_unshown_widget_state(nb)
+        assert ("widgets" in nb.metadata) == kept

@@ -144,26 +144,28 @@ _ICON_CLASS = re.compile(r"\bfa-([a-z0-9]+(?:-[a-z0-9]+)*)")
 _ICON_ENTRY_START = re.compile(r'var p=\{(?="?[a-z0-9-]+"?:\[\d+,\d+,\[)')
 
 
-def _icon_entries(body: str) -> list[tuple[str, str]]:
-    """The ``name:[width,height,[aliases],"unicode",path]`` entries of one of fontawesome.js's icon objects (the
-    text between its braces), as (text, the names and aliases it answers to)."""
-    entries, depth, start, in_string = [], 0, 0, False
-    for i, ch in enumerate(body):
-        if ch == '"' and body[i - 1] != "\\":
+def _structure(text: str, start: int = 0):
+    """Each character of JavaScript ``text`` from ``start`` that lies outside a string, with the depth of
+    brackets and braces after it."""
+    depth, in_string = 0, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch == '"' and text[i - 1] != "\\":
             in_string = not in_string
-        elif not in_string and ch == "[":
-            depth += 1
-        elif not in_string and ch == "]":
-            depth -= 1
-        elif not in_string and ch == "," and depth == 0:
-            entries.append(body[start:i])
-            start = i + 1
-    entries.append(body[start:])
+        elif not in_string:
+            depth += (ch in "{[") - (ch in "}]")
+            yield i, ch, depth
+
+
+def _icon_entries(body: str) -> list[tuple[str, set[str]]]:
+    """The ``name:[width,height,[aliases],"unicode",path]`` entries of one of fontawesome.js's icon objects (the
+    text between its braces), each with the names and aliases it answers to."""
+    commas = [i for i, ch, depth in _structure(body) if ch == "," and depth == 0]
     named = []
-    for entry in filter(None, entries):
-        head = re.match(r'"?([a-z0-9-]+)"?:\[\d+,\d+,\[([^\]]*)\]', entry)
-        names = [head[1]] + re.findall(r'"([a-z0-9-]+)"', head[2]) if head else []
-        named.append((entry, " ".join(names)))
+    for lo, hi in zip([-1] + commas, commas + [len(body)]):
+        head = re.match(r'"?([a-z0-9-]+)"?:\[\d+,\d+,\[([^\]]*)\]', body[lo + 1:hi])
+        if head:
+            named.append((body[lo + 1:hi], {head[1], *re.findall(r'"([a-z0-9-]+)"', head[2])}))
     return named
 
 
@@ -173,18 +175,8 @@ def subset_icons(script: str, used: set[str]) -> str:
     out, pos = [], 0
     for match in _ICON_ENTRY_START.finditer(script):
         open_brace = match.end() - 1
-        depth, in_string, end = 0, False, open_brace
-        for end in range(open_brace, len(script)):
-            ch = script[end]
-            if ch == '"' and script[end - 1] != "\\":
-                in_string = not in_string
-            elif not in_string and ch in "{[":
-                depth += 1
-            elif not in_string and ch in "}]":
-                depth -= 1
-                if depth == 0:
-                    break
-        kept = [text for text, names in _icon_entries(script[open_brace + 1:end]) if set(names.split()) & used]
+        end = next(i for i, ch, depth in _structure(script, open_brace) if depth == 0)
+        kept = [text for text, names in _icon_entries(script[open_brace + 1:end]) if names & used]
         out.append(script[pos:open_brace + 1] + ",".join(kept))
         pos = end
     return "".join(out) + script[pos:]

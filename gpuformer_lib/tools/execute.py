@@ -39,8 +39,8 @@ import subprocess
 from gpuformer_lib import book_run
 from gpuformer_lib.device import DEVICE_ENV, DeviceNotAvailableError, pick_device
 from gpuformer_lib.profiles import REHEARSE_ENV
-from gpuformer_lib.tools.notebooks import (METADATA_KEY, NotANotebookError, code_hash, notebook_paths, read_notebook,
-                                           write_notebook_atomically)
+from gpuformer_lib.tools.notebooks import (METADATA_KEY, NotANotebookError, code_hash, error_outputs, notebook_paths,
+                                           read_notebook, write_notebook_atomically)
 
 NOTEBOOK_FAILURES = (CellExecutionError, CellTimeoutError, DeadKernelError)
 """How running a notebook fails: a cell raised, ran past the timeout, or killed the kernel."""
@@ -72,13 +72,10 @@ def _describe_in_subprocess() -> tuple[dict, str]:
 
 def _refuse_error_outputs(nb) -> None:
     """Raise :class:`CellExecutionError` for an error a cell showed without failing: IPython catches what a
-    display formatter raises (``gpuformer_lib.figures`` refusing an unreadable figure) and shows it as an error
-    output, while the cell itself succeeds."""
-    shown = [f"cell {index}: {output.get('ename', 'Error')}: {output.get('evalue', '')}"
-             for index, cell in enumerate(nb.cells) if cell.cell_type == "code"
-             for output in cell.get("outputs", []) if output.get("output_type") == "error"]
+    display formatter raises and shows it as an error output, while the cell itself succeeds."""
+    shown = [f"cell {index}: {name}" for index, name in error_outputs(nb)]
     if shown:
-        raise CellExecutionError("cells showed errors without failing:\n" + "\n".join(shown),
+        raise CellExecutionError("cells showed errors without failing (see their outputs):\n" + "\n".join(shown),
                                  "ShownError", shown[0])
 
 
