@@ -35,9 +35,9 @@ def _stack(ax, x, y0, sublayers, label, label_side=-1):
         _box(ax, x, y + 0.1, 1.9, 0.3, "LayerNorm", "norm", 7)
         _box(ax, x, y + 0.5, 1.9, 0.36, name, kind)
         _arrow(ax, (x, y + 0.26), (x, y + 0.32))
-        ax.plot([x - 1.1, x - 1.1], [y - 0.05, y + 0.85], color="dimgrey", lw=0.8)  # the residual path
+        ax.plot([x - 1.1, x - 1.1], [y - 0.3, y + 0.8], color="dimgrey", lw=1.6)  # the residual path
         ax.plot([x - 0.95, x - 1.03], [y + 0.6, y + 0.7], color="dimgrey", lw=0.8)  # sublayer -> the add
-        ax.add_patch(Circle((x - 1.1, y + 0.73), 0.075, fc="white", ec="dimgrey", lw=0.8, zorder=3))
+        ax.add_patch(Circle((x - 1.1, y + 0.73), 0.1, fc="white", ec="dimgrey", lw=1.2, zorder=3))
         ax.text(x - 1.1, y + 0.73, "+", ha="center", va="center", fontsize=7, color="dimgrey", zorder=4)
         y += 1.05
     label_x = x - 1.55 if label_side < 0 else x + 1.95

@@ -32,9 +32,10 @@ import struct
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.legend import Legend
 from matplotlib.text import Text
-from matplotlib.ticker import NullFormatter
+from matplotlib.ticker import MaxNLocator, NullFormatter
 
 PHONE_COLUMN_PX = 358
 """The book's text column on a 390-px-wide phone, in CSS px: the narrowest a figure is shown."""
@@ -52,7 +53,7 @@ METADATA_KEY = "gpuformer_figure"
 OVERLAP_PX = 1.5
 """Two texts overlap when their boxes share more than this many pixels (at :data:`DPI`) both ways."""
 
-_PLAIN_MATH = re.compile(r"[A-Za-z0-9)\]][\^][-A-Za-z0-9{(]|[A-Za-z][_][0-9]\b")
+_PLAIN_MATH = re.compile(r"[A-Za-z0-9)\]][\^][-A-Za-z0-9{(]|\b[A-Za-z]{1,3}_[A-Za-z0-9]\b|\bsqrt\(")
 
 
 class UnreadableFigure(ValueError):
@@ -120,45 +121,60 @@ def fit(fig: Figure, target_px: float = TARGET_TEXT_PX, width_px: float | None =
     for text in fig.findobj(Text):
         if id(text) not in keep:
             text.set_wrap(True)  # a long title or label breaks at the figure's edge instead of widening the PNG
-    if fig.get_layout_engine() is None:
-        fig.set_layout_engine("constrained")
+    if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
+        # laid out again for the new sizes, including the ones a cell's tight_layout() had fixed for the old
+        try:
+            fig.set_layout_engine("constrained")
+        except RuntimeError:  # a colour bar made for another engine: keep it, and lay out once more as it did
+            fig.tight_layout()
 
 
 def _drawn_texts(fig: Figure):
-    """Each text the figure draws (tick labels outside the view are not drawn), its box and size in pixels."""
+    """Each text the figure draws (tick labels outside the view and annotations off their axes are not drawn),
+    its box and size in pixels. Every ``Text.draw`` of one drawing is recorded: the renderer alone cannot tell
+    which text a line of a wrapped, several-line title belongs to."""
     from matplotlib.backends.backend_agg import RendererAgg
 
     fig.set_dpi(DPI)
     renderer = RendererAgg(int(fig.bbox.width), int(fig.bbox.height), DPI)
     drawn: dict[int, Text] = {}
-    original = renderer.draw_text
+    original = Text.draw
 
-    def record(gc, x, y, s, prop, angle, ismath=False, mtext=None):
-        if mtext is not None and s.strip():
-            drawn[id(mtext)] = mtext
-        return original(gc, x, y, s, prop, angle, ismath, mtext)
+    def record(text, r, *args, **kwargs):
+        if r is renderer and text.get_visible() and text.get_text().strip():
+            drawn[id(text)] = text
+        return original(text, r, *args, **kwargs)
 
-    renderer.draw_text = record
-    fig.draw(renderer)
+    Text.draw = record
+    try:
+        fig.draw(renderer)
+    finally:
+        Text.draw = original
     return [(t, t.get_window_extent(renderer), t.get_fontsize() * DPI / 72) for t in drawn.values()]
 
 
-def _drop_crowded_minor_labels(fig: Figure, drawn) -> bool:
-    """Leave out an axis's minor tick labels (a log axis's 2x10^2, 3x10^2, ...) where two of its ``drawn`` tick
-    labels overlap: at a phone's text size a short log axis labels more minor ticks than fit. Returns whether any
-    were left out (the figure must then be drawn again)."""
+def _thin_crowded_ticks(fig: Figure, drawn) -> bool:
+    """Fewer tick labels on an axis where two of its ``drawn`` labels overlap: its minor labels left out first (a
+    short log axis's 2x10^2, 3x10^2, ...), then, on a linear axis, about half as many major ticks (10000, 12500,
+    15000 at a phone's text size). Returns whether any axis changed (the figure must then be drawn again)."""
     boxes = {id(t): box for t, box, _ in drawn}
-    dropped = False
+
+    def crowded(ticks) -> bool:
+        shown = [boxes[id(label)] for tick in ticks for label in (tick.label1, tick.label2) if id(label) in boxes]
+        return any(_overlap(a, b) for i, a in enumerate(shown) for b in shown[i + 1:])
+
+    changed = False
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
-            labels = {which: [boxes[id(label)] for tick in ticks for label in (tick.label1, tick.label2)
-                              if id(label) in boxes]
-                      for which, ticks in (("minor", axis.get_minor_ticks()), ("major", axis.get_major_ticks()))}
-            both = labels["minor"] + labels["major"]
-            if labels["minor"] and any(_overlap(a, b) for i, a in enumerate(both) for b in both[i + 1:]):
+            minor, major = axis.get_minor_ticks(), axis.get_major_ticks()
+            if any(id(t.label1) in boxes or id(t.label2) in boxes for t in minor) and crowded(minor + major):
                 axis.set_minor_formatter(NullFormatter())
-                dropped = True
-    return dropped
+                changed = True
+            elif axis.get_scale() == "linear" and crowded(major):
+                shown = sum(id(t.label1) in boxes or id(t.label2) in boxes for t in major)
+                axis.set_major_locator(MaxNLocator(nbins=max(2, shown // 2)))
+                changed = True
+    return changed
 
 
 def _overlap(box_a, box_b) -> bool:
@@ -193,7 +209,7 @@ def render_png(fig: Figure, *, strict: bool = True) -> tuple[bytes, FigureReport
     fit(fig)
     for _ in range(4):
         texts = _drawn_texts(fig)
-        if _drop_crowded_minor_labels(fig, texts):
+        if _thin_crowded_ticks(fig, texts):
             texts = _drawn_texts(fig)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")

@@ -145,13 +145,18 @@ def plot_roofline(
 
 def legend_below(ax: plt.Axes, ncol: int = 1):
     """The axes' legend under the plot, where it covers no line and has the figure's width: what a figure with
-    many named lines needs on a phone."""
+    many named lines needs on a phone. The figure grows by the legend's height, so the plot keeps its own."""
     from matplotlib.transforms import offset_copy
 
+    size = plt.rcParams["font.size"]
     # anchored under the x axis's tick labels and label, whatever the axes' height (5 lines of text below it)
-    under_the_label = offset_copy(ax.transAxes, fig=ax.figure, y=-5 * plt.rcParams["font.size"], units="points")
-    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=under_the_label, ncol=ncol,
-                     frameon=False)
+    under_the_label = offset_copy(ax.transAxes, fig=ax.figure, y=-5 * size, units="points")
+    legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=under_the_label, ncol=ncol,
+                       frameon=False)
+    rows = -(-len(legend.get_texts()) // ncol)
+    width, height = ax.figure.get_size_inches()
+    ax.figure.set_size_inches(width, height + (rows * 1.6 + 2) * size / 72)
+    return legend
 
 
 def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence[str], *,

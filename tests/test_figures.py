@@ -56,6 +56,8 @@ def test_a_long_title_wraps_instead_of_widening_the_png():
 @pytest.mark.parametrize("label, wrong", [
     ("attention QK^T", True),       # the review's raw caret
     ("x_1 against x_2", True),
+    ("tiles of B_M = B_N", True),
+    ("a slope of 1/sqrt(L)", True),
     ("n^3 flops", True),
     ("$QK^\\top$ scores", False),
     ("d_model = 512", False),     # an identifier, not a subscript
@@ -82,6 +84,15 @@ def test_two_labels_on_top_of_each_other_are_refused_by_name():
         figures.render_png(fig)
     _, report = figures.render_png(fig, strict=False)
     assert len(report.problems) == 1
+
+
+def test_a_wrapped_title_is_checked_as_well_as_a_one_line_label():
+    """A text of several lines (a wrapped title) is drawn line by line; it is still one text to check."""
+    fig, axes = plt.subplots(2, 1, figsize=(5, 4))
+    axes[1].set_title("the second panel's title,\nin two lines")
+    axes[1].text(0.5, 1.15, "a note on it", transform=axes[1].transAxes, ha="center")
+    with pytest.raises(figures.UnreadableFigure, match="'a note on it' overlaps"):
+        figures.render_png(fig)
 
 
 def test_labels_apart_pass_and_the_report_reads_as_metadata():
@@ -156,3 +167,14 @@ def test_crowded_minor_labels_of_a_short_log_axis_are_left_out():
     _, report = figures.render_png(fig)
     assert not report.problems
     assert type(ax.xaxis.get_minor_formatter()).__name__ == "NullFormatter"
+
+
+def test_crowded_major_labels_of_a_linear_axis_are_thinned():
+    """Chapter 10's ladder: 10000, 12500, 15000, 17500 ran into each other at a phone's text size."""
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.barh(["a", "b"], [11_000, 19_000])
+    ax.set_xlim(0, 20_000)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MultipleLocator(2_500))
+    _, report = figures.render_png(fig)
+    assert not report.problems
+    assert type(ax.xaxis.get_major_locator()).__name__ == "MaxNLocator"
