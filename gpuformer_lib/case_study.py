@@ -329,8 +329,8 @@ def interleaved_rates(task: Task, before: Setting, after: Setting, device: torch
                       seed: int = 0, repeats: int = 5) -> tuple[float, float]:
     """Real tokens (``task.count``) per second of the training step under ``before`` and under ``after``: the
     two timed by :func:`interleaved_row_timings` (``steps`` steps a call, ``repeats`` interleaved rounds, at
-    least 5, after a warm-up call each), each rate the median round's. The table's rows run a minute apart; this measurement
-    runs both within a second of each other."""
+    least 5, after a warm-up call each), each rate the median round's. The table's rows run a minute apart; this
+    measurement runs both within a second of each other."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     timings = interleaved_row_timings(task, {"before": before, "after": after}, device, k=steps, seed=seed,
