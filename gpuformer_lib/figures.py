@@ -7,6 +7,8 @@ inches wide came out at about 3 px. So before a figure becomes a PNG, :func:`fit
 - at most :data:`MAX_WIDTH_IN` inches wide (a wider one keeps its height and loses width);
 - with no text under the size that shows at :data:`MIN_TEXT_PX` CSS px when the PNG is shrunk to the phone's
   column, computed from the PNG's width and each text's size in points (smaller text is raised to it);
+- laid out again (constrained layout), its long titles and labels wrapped at its edge, and an axis's tick labels
+  thinned where they would run into each other at that size;
 
 and :func:`render_png` then measures what it drew (:class:`FigureReport`): the smallest text as the phone shows
 it, any two texts that overlap, and any label with a caret or underscore left as plain text where math was
