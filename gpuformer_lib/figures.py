@@ -55,6 +55,10 @@ METADATA_KEY = "gpuformer_figure"
 OVERLAP_PX = 1.5
 """Two texts overlap when their boxes share more than this many pixels (at :data:`DPI`) both ways."""
 
+TICK_GAP_PX = 6.0
+"""The least room, in pixels at :data:`DPI`, between two tick labels of an axis: labels that touch read as one
+number ("10000120001400")."""
+
 _PLAIN_MATH = re.compile(r"[A-Za-z0-9)\]][\^][-A-Za-z0-9{(]|\b[A-Za-z]{1,3}_[A-Za-z0-9]\b|\bsqrt\(")
 
 
@@ -163,7 +167,7 @@ def _thin_crowded_ticks(fig: Figure, drawn) -> bool:
 
     def crowded(ticks) -> bool:
         shown = [boxes[id(label)] for tick in ticks for label in (tick.label1, tick.label2) if id(label) in boxes]
-        return any(_overlap(a, b) for i, a in enumerate(shown) for b in shown[i + 1:])
+        return any(_overlap(a, b, TICK_GAP_PX) for i, a in enumerate(shown) for b in shown[i + 1:])
 
     changed = False
     for ax in fig.axes:
@@ -179,11 +183,12 @@ def _thin_crowded_ticks(fig: Figure, drawn) -> bool:
     return changed
 
 
-def _overlap(box_a, box_b) -> bool:
-    """Whether two boxes share more than :data:`OVERLAP_PX` both ways."""
+def _overlap(box_a, box_b, gap: float = -OVERLAP_PX) -> bool:
+    """Whether two boxes come closer than ``gap`` pixels both ways (by default: share more than
+    :data:`OVERLAP_PX`)."""
     wide = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
     tall = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
-    return wide > OVERLAP_PX and tall > OVERLAP_PX
+    return wide > -gap and tall > -gap
 
 
 def _overlaps(drawn) -> list[str]:

@@ -313,7 +313,7 @@ def plot_timelines(schedules: Sequence[Schedule], axes=None):
                 ax.broken_barh(spans, (d - 0.4, 0.8), facecolors=_KIND_COLOURS[kind], alpha=shade,
                                edgecolor="white", linewidth=0.5)
             for op in ops:
-                if op.end - op.start >= 0.025 * horizon:
+                if op.end - op.start >= 0.05 * horizon:  # a number only where a phone can read it
                     ax.text((op.start + op.end) / 2, d, str(op.micro_batch), ha="center", va="center",
                             fontsize=6, color="white")
         ax.set_yticks(range(s.stages), [f"device {d}" for d in range(s.stages)])

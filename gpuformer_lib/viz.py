@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from gpuformer_lib import figures
+from gpuformer_lib import bench, figures
 from gpuformer_lib._checks import require_bools
 
 figures.install()  # a notebook that imports this module shows its figures fitted and checked for a phone
@@ -126,13 +126,16 @@ def plot_roofline(
     lo, hi = min(intensities) / 4, max(intensities) * 4
     xs = [lo, ridge, hi]
     ax.plot(xs, [min(peak_flops, x * bandwidth) for x in xs], color="black", lw=2,
-            label=f"roof: {peak_flops / 1e12:.3g} TFLOP/s, {bandwidth / 1e9:.3g} GB/s")
+            label=f"roof: {bench.format_rate(peak_flops, 'FLOP/s')}, {bench.format_rate(bandwidth, 'B/s')}")
     ax.axvline(ridge, color="grey", ls=":", lw=1, label=f"ridge: {ridge:.3g} FLOP/byte")
     for label, flops in extra_ceilings:
-        ax.plot([flops / bandwidth, hi], [flops, flops], ls="--", lw=1, label=f"{label}: {flops / 1e12:.3g} TFLOP/s")
+        ax.plot([flops / bandwidth, hi], [flops, flops], ls="--", lw=1,
+                label=f"{label}: {bench.format_rate(flops, 'FLOP/s')}")
     # each operation a marker of its own, named in the legend: labels beside the points fell on each other
-    for (label, intensity, achieved), marker in zip(points, itertools.cycle("os^DvP*X")):
-        ax.scatter([intensity], [achieved], zorder=3, s=44, marker=marker, label=figures.math_label(label))
+    for i, ((label, intensity, achieved), marker) in enumerate(zip(points, itertools.cycle("os^DvP*X"))):
+        # hollow, so that two operations at one spot (layer norm and GELU often are) both show
+        ax.scatter([intensity], [achieved], zorder=3, s=60, marker=marker, facecolors="none", linewidths=1.6,
+                   edgecolors=f"C{i}", label=figures.math_label(label))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
