@@ -463,12 +463,6 @@ def _figure_reports() -> dict[str, dict]:
     return reports
 
 
-def _pending_book_runs() -> set[str]:
-    from test_figures import AWAITING_BOOK_RUN
-
-    return {f"notebooks/{name.removesuffix('.ipynb')}.html" for name in AWAITING_BOOK_RUN}
-
-
 @pytest.mark.parametrize("width", [PHONE, 1280])
 def test_tables_outputs_and_figures_fit_the_column_and_read(site, browser, width):
     """At a phone's width and a desktop's, on every page: the page never scrolls sideways; a table, text output or
@@ -480,7 +474,7 @@ def test_tables_outputs_and_figures_fit_the_column_and_read(site, browser, width
     from gpuformer_lib import figures
 
     root, base = site
-    reports, pending = _figure_reports(), _pending_book_runs()
+    reports = _figure_reports()
     problems, figures_seen = [], 0
     with Page(browser, width=width, height=900) as view:
         for path in toc_pages():
@@ -498,8 +492,6 @@ def test_tables_outputs_and_figures_fit_the_column_and_read(site, browser, width
                     broken = table.evaluate(BROKEN_WORDS)
                     if broken:
                         problems.append(f"{path}: table {i} breaks words inside at {width} px: {broken[:4]}")
-            if path in pending:
-                continue
             for src, natural, shown in page.evaluate(
                     "() => [...document.querySelectorAll('article .cell_output img')].filter(i => "
                     "/\\.png$/.test(i.getAttribute('src') || '')).map(i => [i.getAttribute('src'), i.naturalWidth, "

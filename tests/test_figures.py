@@ -110,20 +110,8 @@ def test_install_needs_an_ipython():
     assert figures.install() is False  # pytest is no IPython kernel
 
 
-AWAITING_BOOK_RUN = {
-    "13_translation_case_study.ipynb", "14_protein_case_study.ipynb", "15_forecasting_case_study.ipynb",
-}
-"""The case studies store the outputs of their book runs (about 25 minutes each on 2 CPU cores), made before
-figures were fitted: their figures are refitted when those runs are next made (`make outputs NOTEBOOKS=...`);
-until then they are left out here, and :func:`test_the_figures_awaiting_a_book_run_are_still_the_old_ones`
-fails as soon as one of them has been rerun, so the exemption cannot outlive its reason. Their figure code runs
-through the check in every CI run all the same (nbval's small run)."""
-
-
-def _stored_figures(pending: bool = False):
+def _stored_figures():
     for path in notebook_paths():
-        if (path.name in AWAITING_BOOK_RUN) != pending:
-            continue
         nb = read_notebook(path)
         for index, cell in enumerate(nb.cells):
             for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
@@ -149,14 +137,6 @@ def test_every_stored_figure_was_fitted_and_reads_on_a_phone():
             problems.append(f"{where}: {report}")
     assert seen >= 40, f"only {seen} figures stored in the notebooks"
     assert not problems, "\n".join(problems)
-
-
-def test_the_figures_awaiting_a_book_run_are_still_the_old_ones():
-    stale = [(name, index) for name, index, output in _stored_figures(pending=True)
-             if figures.METADATA_KEY not in output.get("metadata", {}).get("image/png", {})]
-    names = {name for name, _ in stale}
-    assert names == AWAITING_BOOK_RUN, (f"{sorted(AWAITING_BOOK_RUN - names)} store fitted figures now: take them "
-                                        "out of AWAITING_BOOK_RUN")
 
 
 def test_crowded_minor_labels_of_a_short_log_axis_are_left_out():
