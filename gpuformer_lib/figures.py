@@ -11,11 +11,11 @@ inches wide came out at about 3 px. So before a figure becomes a PNG, :func:`fit
   thinned where they would run into each other at that size;
 
 and :func:`render_png` then measures what it drew (:class:`FigureReport`): the smallest text as the phone shows
-it, any two texts that overlap, and any label with a caret or underscore left as plain text where math was
-meant (``QK^T``; write ``$QK^\\top$``). Asked to be strict, it raises :class:`UnreadableFigure`, naming the
-texts; a notebook's figures are drawn anyway and their problems stored. The report rides along in the PNG
-output's metadata (key :data:`METADATA_KEY`), so the tests of the stored notebooks and of the built book check
-every figure by the same numbers.
+it, any two texts that overlap, any label with a caret or underscore left as plain text where math was meant
+(``QK^T``; write ``$QK^\\top$``), a legend over a line or a marker, and a heat-map with no colour bar. Asked
+to be strict, it raises :class:`UnreadableFigure`, naming what it found; a notebook's figures are drawn anyway
+and their problems stored. The report rides along in the PNG output's metadata (key :data:`METADATA_KEY`), so
+the tests of the stored notebooks and of the built book check every figure by the same numbers.
 
 :func:`install` makes this what a notebook's ``plt.show()`` uses (IPython's PNG formatter for a figure); ``viz``
 calls it when a notebook imports it.
@@ -128,17 +128,21 @@ def fit(fig: Figure, target_px: float = TARGET_TEXT_PX, width_px: float | None =
         if id(text) not in keep:
             text.set_wrap(True)  # a long title or label breaks at the figure's edge instead of widening the PNG
     if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
-        # laid out again for the new sizes, including the ones a cell's tight_layout() had fixed for the old
+        # laid out again for the new sizes, including the ones a cell's tight_layout() had fixed for the old;
+        # a colour bar made without constrained layout cannot be placed by it: lay out once more as it was
+        if any(getattr(ax, "_colorbar", None) is not None for ax in fig.axes):
+            fig.tight_layout()
+            return
         try:
             fig.set_layout_engine("constrained")
-        except RuntimeError:  # a colour bar made for another engine: keep it, and lay out once more as it did
+        except RuntimeError:
             fig.tight_layout()
 
 
 def _drawn_texts(fig: Figure):
     """Each text the figure draws (tick labels outside the view and annotations off their axes are not drawn),
-    its box and size in pixels. Every ``Text.draw`` of one drawing is recorded: the renderer alone cannot tell
-    which text a line of a wrapped, several-line title belongs to."""
+    its box and size in pixels, and the renderer that drew them. Every ``Text.draw`` of one drawing is recorded:
+    the renderer alone cannot tell which text a line of a wrapped, several-line title belongs to."""
     from matplotlib.backends.backend_agg import RendererAgg
 
     fig.set_dpi(DPI)
@@ -156,7 +160,7 @@ def _drawn_texts(fig: Figure):
         fig.draw(renderer)
     finally:
         Text.draw = original
-    return [(t, t.get_window_extent(renderer), t.get_fontsize() * DPI / 72) for t in drawn.values()]
+    return [(t, t.get_window_extent(renderer), t.get_fontsize() * DPI / 72) for t in drawn.values()], renderer
 
 
 def _thin_crowded_ticks(fig: Figure, drawn) -> bool:
@@ -196,6 +200,48 @@ def _overlaps(drawn) -> list[str]:
             for i, (a, box_a, _) in enumerate(drawn) for b, box_b, _ in drawn[i + 1:] if _overlap(box_a, box_b)]
 
 
+def _legends_over_data(fig: Figure, renderer) -> list[str]:
+    """Legends drawn over a line or a marker of their axes: a reader cannot see the data under the box (chapter
+    14's memory figure hid its H100 line so). A legend outside the axes (:func:`viz.legend_below`) covers none."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import Bbox
+
+    found = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        box = Bbox.intersection(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+        if box is None:
+            continue
+        box = box.padded(-OVERLAP_PX)
+        covered = [line.get_label() for line in ax.get_lines() if line.get_visible() and len(line.get_xydata())
+                   and line.get_transform().transform_path(line.get_path()).intersects_bbox(box, filled=False)]
+        covered += [points.get_label() for points in ax.collections
+                    if isinstance(points, PathCollection) and points.get_visible() and any(
+                        box.contains(x, y) for x, y in points.get_offset_transform().transform(points.get_offsets()))]
+        if covered:
+            names = ", ".join(repr(name) for name in covered if not name.startswith("_")) or "unnamed data"
+            found.append(f"the legend covers data ({names}): move it off the lines (viz.legend_below(ax), or loc=)")
+    return found
+
+
+def _heat_maps_without_scale(fig: Figure) -> list[str]:
+    """Heat-maps (an image or a mesh in a graded colour map) that no colour bar explains: without one a reader
+    cannot tell 0.2 from 0.8. A qualitative map of a few colours (``tab10``, naming groups the title explains)
+    needs none; one colour bar serves every map with the same colours and limits."""
+    from matplotlib.collections import QuadMesh
+
+    maps = [m for ax in fig.axes for m in (*ax.images, *(c for c in ax.collections if isinstance(c, QuadMesh)))]
+
+    def scale(m):
+        return m.get_cmap().name, m.norm.vmin, m.norm.vmax
+
+    explained = {scale(m) for m in maps if getattr(m, "colorbar", None) is not None}
+    return [f"a heat-map in {m.get_cmap().name!r} has no colour bar: add fig.colorbar(image, ax=..., label=...)"
+            for m in maps if m.get_cmap().N > 20 and scale(m) not in explained]
+
+
 def _plain_math(texts) -> list[str]:
     found = []
     for text, _, _ in texts:
@@ -215,9 +261,9 @@ def render_png(fig: Figure, *, strict: bool = True) -> tuple[bytes, FigureReport
     default) a figure with problems raises :class:`UnreadableFigure` instead."""
     fit(fig)
     for _ in range(4):
-        texts = _drawn_texts(fig)
+        texts, renderer = _drawn_texts(fig)
         if _thin_crowded_ticks(fig, texts):
-            texts = _drawn_texts(fig)
+            texts, renderer = _drawn_texts(fig)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight", facecolor="white")
         data = buffer.getvalue()
@@ -230,7 +276,8 @@ def render_png(fig: Figure, *, strict: bool = True) -> tuple[bytes, FigureReport
     shown = phone_text_px(smallest, width)
     if shown < MIN_TEXT_PX:
         problems.append(f"its smallest text shows at {shown:.1f} px on a phone, under {MIN_TEXT_PX:g}")
-    problems += _overlaps(texts) + _plain_math(texts)
+    problems += (_overlaps(texts) + _plain_math(texts) + _legends_over_data(fig, renderer)
+                 + _heat_maps_without_scale(fig))
     report = FigureReport(width, smallest, shown, tuple(problems))
     if strict and problems:
         raise UnreadableFigure("this figure would not read in the book: " + "; ".join(problems)

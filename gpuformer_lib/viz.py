@@ -163,9 +163,10 @@ def legend_below(ax: plt.Axes, ncol: int = 1):
 
 
 def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence[str], *,
-                      ax: plt.Axes | None = None, title: str = "") -> plt.Axes:
+                      ax: plt.Axes | None = None, title: str = "", colorbar: bool = True) -> plt.Axes:
     """Heat-map of one head's (Tq, Tk) attention weights (a tensor or an array, after the softmax: values
-    in [0, 1]): row i is where query i looks."""
+    in [0, 1]): row i is where query i looks. Its colour bar reads the colours as weights from 0 to 1; with
+    ``colorbar=False`` (panels that share one, ``fig.colorbar(ax.images[0], ax=axes)``) it is left out."""
     w = _as_array(weights)
     if w.shape != (len(query_labels), len(key_labels)):
         raise ValueError(f"weights {w.shape} do not match {len(query_labels)} query and {len(key_labels)} key labels")
@@ -174,7 +175,9 @@ def attention_heatmap(weights, query_labels: Sequence[str], key_labels: Sequence
                          "these look like scores before the softmax; plot scores.softmax(-1)")
     if ax is None:
         _, ax = plt.subplots(figsize=(4, 4))
-    ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
+    image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="attention weight", shrink=0.8)
     ax.set_xticks(range(len(key_labels)), key_labels, fontsize=8, rotation=90)  # upright: tokens side by side
     ax.set_yticks(range(len(query_labels)), query_labels, fontsize=8)
     ax.set_xlabel("key")

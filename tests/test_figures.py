@@ -106,6 +106,89 @@ def test_labels_apart_pass_and_the_report_reads_as_metadata():
     assert meta["phone_text_px"] >= figures.MIN_TEXT_PX
 
 
+def _memory_lines(ax):
+    """Chapter 14's crop-memory figure: a rising line under two GPUs' capacities, the H100's near the top."""
+    crops = (256, 512, 1024, 2048, 4096, 8192)
+    ax.plot(crops, [1.2, 2.1, 3.8, 7.3, 14.5, 28], "o-", label="predicted, GPU preset's model, batch 32")
+    for name, gib, color in (("T4", 15, "tab:orange"), ("H100", 79, "tab:green")):
+        ax.axhline(gib, ls="--", color=color, label=f"{name}: {gib} GiB")
+    ax.set(xscale="log", yscale="log")
+
+
+def test_a_legend_over_a_line_is_refused_by_the_line_s_name():
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    _memory_lines(ax)
+    ax.legend()  # "best" finds no free corner: the box sits on the H100 line
+    with pytest.raises(figures.UnreadableFigure, match="the legend covers data \\('H100: 79 GiB'\\)"):
+        figures.render_png(fig)
+
+
+def test_a_legend_over_a_marker_is_refused():
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.scatter([1, 2, 3], [1, 2, 3], label="operations")
+    ax.legend(loc="center")
+    _, report = figures.render_png(fig, strict=False)
+    assert report.problems == ("the legend covers data ('operations'): move it off the lines (viz.legend_below(ax), "
+                               "or loc=)",)
+
+
+@pytest.mark.parametrize("place", ["below", "free corner"])
+def test_a_legend_off_the_data_passes(place):
+    from gpuformer_lib import viz
+
+    fig, ax = plt.subplots(figsize=(6, 2.8))
+    if place == "below":
+        _memory_lines(ax)
+        viz.legend_below(ax)
+    else:
+        ax.plot([0, 1], [0, 1], label="rising")
+        ax.legend(loc="upper left")
+    _, report = figures.render_png(fig)
+    assert not report.problems
+
+
+def _heat(ax, limit=1.0, cmap="viridis"):
+    return ax.imshow([[0.0, 0.5], [0.25, limit]], cmap=cmap, vmin=0, vmax=limit)
+
+
+def test_a_heat_map_with_no_colour_bar_is_refused():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    _heat(ax)
+    with pytest.raises(figures.UnreadableFigure, match="heat-map in 'viridis' has no colour bar"):
+        figures.render_png(fig)
+
+
+def test_a_mesh_with_no_colour_bar_is_refused_too():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.pcolormesh([[0.0, 1.0], [2.0, 3.0]], cmap="magma")
+    _, report = figures.render_png(fig, strict=False)
+    assert report.problems == ("a heat-map in 'magma' has no colour bar: add fig.colorbar(image, ax=..., label=...)",)
+
+
+def test_one_colour_bar_explains_only_the_maps_with_its_limits():
+    fig, axes = plt.subplots(2, 1, figsize=(4, 6), layout="constrained")
+    fig.colorbar(_heat(axes[0]), ax=axes, label="weight")
+    _heat(axes[1], limit=2.0)  # other limits: the bar's colours do not read its values
+    _, report = figures.render_png(fig, strict=False)
+    assert len(report.problems) == 1 and "no colour bar" in report.problems[0]
+
+
+@pytest.mark.parametrize("how", ["own bar", "shared bar", "qualitative", "bar made without a layout"])
+def test_heat_maps_that_say_what_their_colours_mean_pass(how):
+    if how == "shared bar":
+        fig, axes = plt.subplots(2, 1, figsize=(4, 6), layout="constrained")
+        images = [_heat(ax) for ax in axes]
+        fig.colorbar(images[-1], ax=axes, label="weight")
+    elif how == "qualitative":  # chapter 2's waves: colours name groups, and the title says which
+        fig, ax = plt.subplots(figsize=(4, 3))
+        _heat(ax, limit=9.0, cmap="tab10")
+    else:
+        fig, ax = plt.subplots(figsize=(4, 3), layout="constrained" if how == "own bar" else None)
+        fig.colorbar(_heat(ax), ax=ax, label="weight")
+    _, report = figures.render_png(fig)
+    assert not report.problems
+
+
 def test_install_needs_an_ipython():
     assert figures.install() is False  # pytest is no IPython kernel
 
