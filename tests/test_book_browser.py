@@ -542,30 +542,73 @@ def test_pages_are_light(site, browser):
     assert not problems, "\n".join(problems) + f"\nall: { {p: round(w / 1e6, 2) for p, w in weights.items()} }"
 
 
+TEXTS_ON_THEIR_BACKGROUND = """(root) => {
+  // every element of root with text of its own (an enabled control's too): its colour, and the background it is
+  // drawn on (its own, or the nearest ancestor's that is not transparent)
+  const found = [];
+  const paint = (n) => {
+    for (; n; n = n.parentElement) {
+      const b = getComputedStyle(n).backgroundColor, v = b.match(/[\\d.]+/g);
+      if (v && (v.length < 4 || parseFloat(v[3]) > 0.5)) return b;
+    }
+    return 'rgb(255, 255, 255)';
+  };
+  for (const e of [root, ...root.querySelectorAll('*')]) {
+    const own = [...e.childNodes].some(c => c.nodeType === 3 && c.textContent.trim());
+    const control = e.matches('select, output') && !e.closest('option');
+    if (!(own || control) || e.closest('option, script, style, :disabled') || !e.getClientRects().length) continue;
+    found.push([e.tagName + ' "' + e.textContent.trim().slice(0, 24) + '"', getComputedStyle(e).color, paint(e)]);
+  }
+  return found;
+}"""
+"""What a page's text is drawn in and on, for :func:`_contrast` (text of disabled controls is left out: WCAG
+exempts inactive controls, and the calculator's unused rank count is shown inactive on purpose)."""
+
+
 def _luminance(css_colour: str) -> float:
+    """Relative luminance (WCAG 2) of an ``rgb(...)`` or ``rgba(...)`` colour."""
     import re as _re
 
-    r, g, b = (int(v) for v in _re.findall(r"[\d.]+", css_colour)[:3])
-    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+    channels = [int(float(v)) / 255 for v in _re.findall(r"[\d.]+", css_colour)[:3]]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
-def test_widgets_follow_dark_mode(site, browser):
-    """In dark mode the memory calculator's controls and the explorer's labels are light on dark, not light-grey
-    boxes on a dark page."""
+def _contrast(colour: str, background: str) -> float:
+    """WCAG 2's contrast ratio of two colours: 1 (the same) to 21 (black on white); body text needs 4.5."""
+    high, low = sorted((_luminance(colour), _luminance(background)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def test_contrast_ratio_reads_as_wcag_says():
+    assert _contrast("rgb(0, 0, 0)", "rgb(255, 255, 255)") == pytest.approx(21)
+    assert _contrast("rgb(206, 214, 221)", "rgb(206, 214, 221)") == pytest.approx(1)
+    # the bug this guards: the page's light text on the theme's light output card in dark mode
+    assert _contrast("rgb(206, 214, 221)", "rgba(206, 214, 221, 1)") < 4.5
+    assert _contrast("rgb(206, 214, 221)", "rgb(18, 18, 18)") > 4.5
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_widgets_read_in_either_theme(site, browser, theme):
+    """Every text of the memory calculator and of the attention explorer, in each theme, against the background it
+    is drawn on: a contrast of at least 4.5 (WCAG's for body text). The theme puts HTML outputs on a light card in
+    dark mode; the widgets' light text sat on it unread while a check of the select's own colours passed."""
     _, base = site
+    problems = []
     with Page(browser) as view:
-        for path, selector in (("notebooks/09_memory_and_accumulation.html", ".gpuformer-memcalc select"),
-                               ("notebooks/03_attention.html", ".jupyter-widgets .widget-label")):
+        for path, selector in (("notebooks/09_memory_and_accumulation.html", ".gpuformer-memcalc"),
+                               ("notebooks/03_attention.html", ".jupyter-widgets.widget-hbox")):
             page = view.open(f"{base}/{path}")
-            page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; }")
-            element = page.locator(selector).first
-            element.scroll_into_view_if_needed()
-            colour = element.evaluate("(e) => getComputedStyle(e).color")
-            assert _luminance(colour) > 0.6, f"{path}: {selector} text is {colour} in dark mode"
-            if "memcalc" in selector:
-                background = element.evaluate("(e) => getComputedStyle(e).backgroundColor")
-                assert _luminance(background) < 0.4, f"{path}: {selector} background is {background} in dark mode"
-            shot(page, f"{path.split('/')[-1][:2]}_dark.png")
+            page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
+            widget = page.locator(selector).first
+            widget.scroll_into_view_if_needed()
+            texts = widget.evaluate(TEXTS_ON_THEIR_BACKGROUND)
+            if len(texts) < 3:
+                problems.append(f"{path}: only {len(texts)} texts found in {selector}")
+            problems += [f"{path}: {what} is {colour} on {background}: contrast {_contrast(colour, background):.1f}"
+                         for what, colour, background in texts if _contrast(colour, background) < 4.5]
+            shot(page, f"{path.split('/')[-1][:2]}_{theme}.png")
+    assert not problems, "\n".join(problems[:20])
 
 
 def test_search_over_a_file_url_says_to_serve_the_folder_and_logs_no_error(site, browser):
