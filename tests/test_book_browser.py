@@ -546,23 +546,27 @@ TEXTS_ON_THEIR_BACKGROUND = """(root) => {
   // every element of root with text of its own (an enabled control's too): its colour as drawn (brightened by
   // any CSS brightness() filter on it or above it, as the GPU views' kind names are in dark mode), and the
   // background it is drawn on (its own, or the nearest ancestor's that is not transparent)
-  const found = [];
-  const paint = (n) => {
-    for (; n; n = n.parentElement) {
+  const found = [], backgrounds = new Map(), gains = new Map();
+  const paint = (n) => {  // memoised: each element's answer is its parent's unless it paints its own
+    if (!n) return 'rgb(255, 255, 255)';
+    if (!backgrounds.has(n)) {
       const b = getComputedStyle(n).backgroundColor, v = b.match(/[\\d.]+/g);
-      if (v && (v.length < 4 || parseFloat(v[3]) > 0.5)) return b;
+      backgrounds.set(n, v && (v.length < 4 || parseFloat(v[3]) > 0.5) ? b : paint(n.parentElement));
     }
-    return 'rgb(255, 255, 255)';
+    return backgrounds.get(n);
+  };
+  const gain = (n) => {
+    if (!n) return 1;
+    if (!gains.has(n)) {
+      const m = getComputedStyle(n).filter.match(/brightness\\(([\\d.]+)\\)/);
+      gains.set(n, (m ? parseFloat(m[1]) : 1) * gain(n.parentElement));
+    }
+    return gains.get(n);
   };
   const drawn = (e) => {
-    let gain = 1;
-    for (let n = e; n; n = n.parentElement) {
-      const m = getComputedStyle(n).filter.match(/brightness\\(([\\d.]+)\\)/);
-      if (m) gain *= parseFloat(m[1]);
-    }
-    const colour = getComputedStyle(e).color;
-    if (gain === 1 || !colour.startsWith('rgb')) return colour;
-    const v = colour.match(/[\\d.]+/g).slice(0, 3).map(c => Math.min(255, parseFloat(c) * gain));
+    const colour = getComputedStyle(e).color, g = gain(e);
+    if (g === 1 || !colour.startsWith('rgb')) return colour;
+    const v = colour.match(/[\\d.]+/g).slice(0, 3).map(c => Math.min(255, parseFloat(c) * g));
     return `rgb(${v.join(', ')})`;
   };
   for (const e of [root, ...root.querySelectorAll('*')]) {
@@ -610,8 +614,7 @@ WIDGETS = {"notebooks/09_memory_and_accumulation.html": ".gpuformer-memcalc",
 """The pages with a widget, and the widget: their texts must be among those read."""
 
 
-@pytest.mark.parametrize("theme", ["dark", "light"])
-def test_every_text_reads_in_either_theme(site, browser, theme):
+def test_every_text_reads_in_either_theme(site, browser):
     """Every text of every page, in each theme, against the background it is drawn on: a contrast of at least 4.5
     (WCAG's for body text). The theme puts HTML outputs on a light card in dark mode; the GPU views' muted text
     (contrast 1.7), the memory calculator's and the explorer's labels (1.0) sat on it unread while a check of the
@@ -621,18 +624,20 @@ def test_every_text_reads_in_either_theme(site, browser, theme):
     with Page(browser) as view:
         for path in toc_pages():
             page = view.open(f"{base}/{path}")
-            page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
-            page.wait_for_timeout(400)  # the theme's colours change with a transition
-            texts = page.locator("article.bd-article").first.evaluate(TEXTS_ON_THEIR_BACKGROUND)
-            problems += [f"{path}: {what} is {colour} on {background}: contrast {_contrast(colour, background):.1f}"
-                         for what, colour, background in texts if _contrast(colour, background) < 4.5]
-            if path in WIDGETS:
-                widget = page.locator(WIDGETS[path]).first
-                found = widget.evaluate(TEXTS_ON_THEIR_BACKGROUND)
-                if len(found) < 3:
-                    problems.append(f"{path}: only {len(found)} texts read in {WIDGETS[path]}")
-                widget.scroll_into_view_if_needed()
-                shot(page, f"{path.split('/')[-1][:2]}_{theme}.png")
+            for theme in ("dark", "light"):
+                page.evaluate(f"() => {{ document.documentElement.dataset.theme = '{theme}'; }}")
+                page.wait_for_timeout(400)  # the theme's colours change with a transition
+                texts = page.locator("article.bd-article").first.evaluate(TEXTS_ON_THEIR_BACKGROUND)
+                problems += [f"{path} ({theme}): {what} is {colour} on {background}: contrast "
+                             f"{_contrast(colour, background):.1f}"
+                             for what, colour, background in texts if _contrast(colour, background) < 4.5]
+                if path in WIDGETS:
+                    widget = page.locator(WIDGETS[path]).first
+                    found = widget.evaluate(TEXTS_ON_THEIR_BACKGROUND)
+                    if len(found) < 3:
+                        problems.append(f"{path}: only {len(found)} texts read in {WIDGETS[path]}")
+                    widget.scroll_into_view_if_needed()
+                    shot(page, f"{path.split('/')[-1][:2]}_{theme}.png")
     assert not problems, f"{len(problems)} texts under a contrast of 4.5:\n" + "\n".join(problems[:30])
 
 
