@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import gc
 import importlib.resources
 import json
 import math
@@ -143,6 +144,7 @@ def process_group(backend: str | None = None, timeout_s: float = 120.0) -> Itera
         yield env, device
     finally:
         if dist.is_initialized():
+            gc.collect()  # work objects nothing refers to go now, while the group and the interpreter live
             dist.destroy_process_group()
 
 

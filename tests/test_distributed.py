@@ -385,3 +385,35 @@ def test_a_result_line_with_another_ranks_output_glued_to_its_end_is_still_read(
         result_of('RESULT {"mesh": {"weight_ga')  # a cut object is not guessed at
     with pytest.raises(ValueError, match="JSON object"):
         result_of("RESULT [1, 2]")
+
+
+def test_a_worker_rank_leaves_without_the_interpreter_s_teardown_once_its_group_is_gone(monkeypatch):
+    """run_command ends a torchrun rank with os._exit(0) after its results are reported and its process group is
+    destroyed: a chapter 12 rank that had reported everything died of SIGABRT in gloo's teardown in CI."""
+    import contextlib
+
+    from gpuformer_lib import workers
+
+    events = []
+
+    @contextlib.contextmanager
+    def group(backend, timeout_s):
+        events.append("group")
+        yield "env", "cpu"
+        events.append("destroyed")
+
+    class Exited(Exception):
+        pass
+
+    def exit_now(code):
+        events.append(f"exit {code}")
+        raise Exited
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(workers.distributed, "process_group", group)
+    monkeypatch.setattr(workers.distributed, "report", lambda name, value: events.append(f"report {name}"))
+    monkeypatch.setattr(workers.os, "_exit", exit_now)
+    with pytest.raises(Exited):
+        workers.run_command({"work": lambda env, device: events.append("work")}, "gpuformer_lib.workers.x",
+                            ["work"])
+    assert events == ["group", "work", "report seconds", "destroyed", "exit 0"]
