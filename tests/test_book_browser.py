@@ -429,19 +429,28 @@ WIDE = """(column) => {
     }
     return null;
   };
-  for (const el of document.querySelectorAll('article table, article .cell_output pre, article .cell_output img')) {
+  for (const el of document.querySelectorAll('article table, article .cell_output pre, article .cell_output img, '
+                                             + 'article mjx-container[display="true"]')) {
     if (el.closest('.gpuview-block, .gv-appendix-block')) continue;  // the GPU views have their own test
     const r = el.getBoundingClientRect();
-    if (!r.width || r.right <= column + 1) continue;
-    const box = el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible' ? el : scroller(el);
+    const scrolls = el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible';
+    if (!r.width || (r.right <= column + 1 && !scrolls)) continue;  // inside the column, or scrolling in itself
+    const box = scrolls ? el : scroller(el);
     const name = el.tagName.toLowerCase() + ' "' + el.innerText.trim().slice(0, 40) + '"';
     if (!box || box.getBoundingClientRect().right > column + 1) found.push(name + ' runs past the column');
     else if (!box.classList.contains('gpuformer-scrolls')) found.push(name + ' scrolls with no cue that it does');
   }
+  for (const el of document.querySelectorAll('article .cell_output *')) {  // hidden, yet taking room
+    const height = el.getBoundingClientRect().height;
+    if (height > 1 && getComputedStyle(el).visibility === 'hidden'
+        && getComputedStyle(el.parentElement).visibility !== 'hidden')
+      found.push(el.className.split(' ').pop() + ' is hidden yet keeps ' + Math.round(height) + ' px of the page');
+  }
   return found;
 }"""
-"""Each table, text output and figure that reaches past the text column: past it for good, or scrolling inside a
-box that does not say so (the box's class ``gpuformer-scrolls``, set by gpuformer-book.js, shows the cue)."""
+"""Each table, text output, figure and display equation that reaches past the text column: past it for good, or
+scrolling inside a box that does not say so (the box's class ``gpuformer-scrolls``, set by gpuformer-book.js,
+shows the cue); and each output hidden (a closed progress bar) that still takes room on the page."""
 
 
 def _figure_reports() -> dict[str, dict]:

@@ -1,6 +1,6 @@
 /* The course's small additions to every page of the book (loaded through html_js_files in _config.yml).
 
-   1. A wide table or printed table scrolls inside its box; where it is wider than the column, the box gets the
+   1. A wide table, printed table, listing of source code or display equation scrolls inside its box; where it is wider than the column, the box gets the
       class "gpuformer-scrolls", which the stylesheet shows with a shadow at the edge and a line saying that it
       scrolls sideways (a phone hides the scroll bar until the reader touches it). Marked again on resize.
    2. Search over file://: the browser refuses the requests that fetch each result's excerpt, so there the
@@ -9,7 +9,8 @@
 (function () {
   "use strict";
   var BOXES = "article .pst-scrollable-table-container, article .cell_output .output.text_html, " +
-              "article .cell_output .gpuformer-columns pre";
+              "article .cell_output .gpuformer-columns pre, article .cell_output .text_html .highlight pre, " +
+              "article mjx-container[display='true']";
 
   function markWide() {
     document.querySelectorAll(BOXES).forEach(function (box) {
@@ -45,6 +46,12 @@
   } else {
     ready();
   }
-  window.addEventListener("load", markWide);
+  window.addEventListener("load", function () {
+    markWide();
+    // display equations are typeset after the page loads: mark them once MathJax is done
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+      MathJax.startup.promise.then(markWide);
+    }
+  });
   window.addEventListener("resize", markWide);
 }());
