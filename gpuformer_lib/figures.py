@@ -129,14 +129,12 @@ def fit(fig: Figure, target_px: float = TARGET_TEXT_PX, width_px: float | None =
             text.set_wrap(True)  # a long title or label breaks at the figure's edge instead of widening the PNG
     if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
         # laid out again for the new sizes, including the ones a cell's tight_layout() had fixed for the old;
-        # a colour bar made without constrained layout cannot be placed by it: lay out once more as it was
+        # a colour bar made without constrained layout cannot be placed by it (matplotlib refuses the switch, or
+        # divides by zero laying it out): such a figure is laid out once more as it was
         if any(getattr(ax, "_colorbar", None) is not None for ax in fig.axes):
             fig.tight_layout()
-            return
-        try:
+        else:
             fig.set_layout_engine("constrained")
-        except RuntimeError:
-            fig.tight_layout()
 
 
 def _drawn_texts(fig: Figure):

@@ -1,8 +1,9 @@
 /* The course's small additions to every page of the book (loaded through html_js_files in _config.yml).
 
-   1. A wide table, printed table, listing of source code or display equation scrolls inside its box; where it is wider than the column, the box gets the
-      class "gpuformer-scrolls", which the stylesheet shows with a shadow at the edge and a line saying that it
-      scrolls sideways (a phone hides the scroll bar until the reader touches it). Marked again on resize.
+   1. A wide table, printed table, listing of source code or display equation scrolls inside its box; where it is
+      wider than the column, the box gets the class "gpuformer-scrolls", which the stylesheet shows with a shadow
+      at the edge and a line saying that it scrolls sideways (a phone hides the scroll bar until the reader
+      touches it). Marked again on resize, and once MathJax has typeset the equations.
    2. Search over file://: the browser refuses the requests that fetch each result's excerpt, so there the
       excerpts are left out (no failed requests, no console errors) and the search page says to serve the
       folder for them. */
